@@ -1,0 +1,1 @@
+//! Fake libnvidia-ml (work in progress).

@@ -1,0 +1,216 @@
+//! Built-in GPU model profiles: the static facts of a board (memory, power, clocks, MIG
+//! profiles, GPM support) so that scenarios can name a model and override only what
+//! they care about. Figures are the public datasheet values of each board.
+
+/// A MIG GPU-instance profile offered by a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigProfile {
+    /// Profile name as NVML and dcgm-exporter print it, e.g. `3g.40gb`.
+    pub name: &'static str,
+    /// NVML GPU-instance profile ID (`NVML_GPU_INSTANCE_PROFILE_*`).
+    pub profile_id: u32,
+    /// Compute slices (the `Ng` part).
+    pub slices: u32,
+    /// Memory of the instance in MiB.
+    pub memory_mib: u64,
+}
+
+/// Static properties of one GPU model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelProfile {
+    pub name: &'static str,
+    /// NVML brand enum value (`NVML_BRAND_NVIDIA` = 14 on data-centre parts).
+    pub brand: u32,
+    /// NVML architecture enum value (7 = Ampere, 9 = Hopper, 8 = Ada).
+    pub architecture: u32,
+    pub memory_total_mib: u64,
+    pub memory_reserved_mib: u64,
+    pub power_limit_mw: u32,
+    pub idle_power_mw: u32,
+    pub max_sm_clock_mhz: u32,
+    pub idle_sm_clock_mhz: u32,
+    pub mem_clock_mhz: u32,
+    pub pci_device_id: u32,
+    /// NVML GPM (profiling ratios) is available (Hopper and newer).
+    pub gpm: bool,
+    pub nvlink_links: u32,
+    /// Peak NVLink throughput per direction, all links, KiB/s.
+    pub nvlink_peak_kib_s: u64,
+    pub mig_profiles: &'static [MigProfile],
+}
+
+const H100_80GB_MIG: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.10gb",
+        profile_id: 0,
+        slices: 1,
+        memory_mib: 9856,
+    },
+    MigProfile {
+        name: "1g.20gb",
+        profile_id: 7,
+        slices: 1,
+        memory_mib: 19968,
+    },
+    MigProfile {
+        name: "2g.20gb",
+        profile_id: 1,
+        slices: 2,
+        memory_mib: 19968,
+    },
+    MigProfile {
+        name: "3g.40gb",
+        profile_id: 2,
+        slices: 3,
+        memory_mib: 40192,
+    },
+    MigProfile {
+        name: "4g.40gb",
+        profile_id: 3,
+        slices: 4,
+        memory_mib: 40192,
+    },
+    MigProfile {
+        name: "7g.80gb",
+        profile_id: 4,
+        slices: 7,
+        memory_mib: 80896,
+    },
+];
+
+const A100_80GB_MIG: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.10gb",
+        profile_id: 0,
+        slices: 1,
+        memory_mib: 9728,
+    },
+    MigProfile {
+        name: "2g.20gb",
+        profile_id: 1,
+        slices: 2,
+        memory_mib: 19968,
+    },
+    MigProfile {
+        name: "3g.40gb",
+        profile_id: 2,
+        slices: 3,
+        memory_mib: 40192,
+    },
+    MigProfile {
+        name: "4g.40gb",
+        profile_id: 3,
+        slices: 4,
+        memory_mib: 40192,
+    },
+    MigProfile {
+        name: "7g.80gb",
+        profile_id: 4,
+        slices: 7,
+        memory_mib: 80384,
+    },
+];
+
+const H200_MIG: &[MigProfile] = &[
+    MigProfile {
+        name: "1g.18gb",
+        profile_id: 0,
+        slices: 1,
+        memory_mib: 16384,
+    },
+    MigProfile {
+        name: "2g.35gb",
+        profile_id: 1,
+        slices: 2,
+        memory_mib: 32768,
+    },
+    MigProfile {
+        name: "3g.71gb",
+        profile_id: 2,
+        slices: 3,
+        memory_mib: 69632,
+    },
+    MigProfile {
+        name: "7g.141gb",
+        profile_id: 4,
+        slices: 7,
+        memory_mib: 143360,
+    },
+];
+
+/// The built-in profiles, looked up by exact NVML name.
+pub const MODELS: &[ModelProfile] = &[
+    ModelProfile {
+        name: "NVIDIA H100 80GB HBM3",
+        brand: 14,
+        architecture: 9,
+        memory_total_mib: 81559,
+        memory_reserved_mib: 579,
+        power_limit_mw: 700_000,
+        idle_power_mw: 72_000,
+        max_sm_clock_mhz: 1980,
+        idle_sm_clock_mhz: 345,
+        mem_clock_mhz: 2619,
+        pci_device_id: 0x2330_10de,
+        gpm: true,
+        nvlink_links: 18,
+        nvlink_peak_kib_s: 439_453_125,
+        mig_profiles: H100_80GB_MIG,
+    },
+    ModelProfile {
+        name: "NVIDIA H200",
+        brand: 14,
+        architecture: 9,
+        memory_total_mib: 143771,
+        memory_reserved_mib: 611,
+        power_limit_mw: 700_000,
+        idle_power_mw: 75_000,
+        max_sm_clock_mhz: 1980,
+        idle_sm_clock_mhz: 345,
+        mem_clock_mhz: 3201,
+        pci_device_id: 0x2335_10de,
+        gpm: true,
+        nvlink_links: 18,
+        nvlink_peak_kib_s: 439_453_125,
+        mig_profiles: H200_MIG,
+    },
+    ModelProfile {
+        name: "NVIDIA A100-SXM4-80GB",
+        brand: 14,
+        architecture: 7,
+        memory_total_mib: 81920,
+        memory_reserved_mib: 523,
+        power_limit_mw: 400_000,
+        idle_power_mw: 60_000,
+        max_sm_clock_mhz: 1410,
+        idle_sm_clock_mhz: 210,
+        mem_clock_mhz: 1593,
+        pci_device_id: 0x20b2_10de,
+        gpm: false,
+        nvlink_links: 12,
+        nvlink_peak_kib_s: 292_968_750,
+        mig_profiles: A100_80GB_MIG,
+    },
+    ModelProfile {
+        name: "NVIDIA L4",
+        brand: 14,
+        architecture: 8,
+        memory_total_mib: 23034,
+        memory_reserved_mib: 434,
+        power_limit_mw: 72_000,
+        idle_power_mw: 16_000,
+        max_sm_clock_mhz: 2040,
+        idle_sm_clock_mhz: 210,
+        mem_clock_mhz: 6251,
+        pci_device_id: 0x27b8_10de,
+        gpm: false,
+        nvlink_links: 0,
+        nvlink_peak_kib_s: 0,
+        mig_profiles: &[],
+    },
+];
+
+/// The profile for an NVML model name, if built in.
+pub fn lookup(name: &str) -> Option<&'static ModelProfile> {
+    MODELS.iter().find(|m| m.name == name)
+}
