@@ -1,1 +1,26 @@
-fn main(){}
+//! The gpu-exporter binary: flags, logging, then [`gpu_exporter::run`].
+
+use clap::Parser;
+use gpu_exporter::config::{Cli, LogFormat};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.with_ansi(false).init(),
+    }
+    match gpu_exporter::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("gpu-exporter: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

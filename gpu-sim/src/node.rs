@@ -85,6 +85,8 @@ pub struct GpuReading {
     pub decoder_percent: u32,
     pub memory: MemoryReading,
     pub power_mw: u32,
+    /// Enforced power limit, mW.
+    pub power_limit_mw: u32,
     pub energy_mj: u64,
     pub gpu_temp_c: u32,
     pub memory_temp_c: u32,
@@ -356,10 +358,12 @@ impl SimNode {
         let m = g.model;
         let u = self.gpu_load(g, t);
         let u_int = self.gpu_load_integral(g, t);
-        let span_mw = f64::from(m.power_limit_mw) * FULL_LOAD_POWER_SHARE - f64::from(m.idle_power_mw);
+        let span_mw =
+            f64::from(m.power_limit_mw) * FULL_LOAD_POWER_SHARE - f64::from(m.idle_power_mw);
         let power_mw = f64::from(m.idle_power_mw) + span_mw * u / 100.0;
         // mW·s = mJ.
-        let energy = g.energy_base_mj as f64 + f64::from(m.idle_power_mw) * t + span_mw * u_int / 100.0;
+        let energy =
+            g.energy_base_mj as f64 + f64::from(m.idle_power_mw) * t + span_mw * u_int / 100.0;
         let power_w = power_mw / 1000.0;
         let gpu_temp = 27.0 + power_w * 0.075;
         let mem_util = u * 0.45;
@@ -380,6 +384,7 @@ impl SimNode {
             decoder_percent: g.decoder_percent,
             memory: self.gpu_memory(g),
             power_mw: power_mw.round() as u32,
+            power_limit_mw: m.power_limit_mw,
             energy_mj: energy.round() as u64,
             gpu_temp_c: gpu_temp.round() as u32,
             memory_temp_c: (gpu_temp + 6.0).round() as u32,
@@ -450,7 +455,11 @@ impl SimNode {
                     r.remapped_uncorrectable += uncorrectable;
                     r.remap_failure |= failure;
                 }
-                Fault::PcieReplay { at_s, gpu: g, count } if g == gpu && at_s <= t => {
+                Fault::PcieReplay {
+                    at_s,
+                    gpu: g,
+                    count,
+                } if g == gpu && at_s <= t => {
                     r.pcie_replay += count;
                 }
                 Fault::Throttle {
@@ -531,7 +540,11 @@ impl SimNode {
     pub fn process_name(&self, pid: u32) -> Option<&str> {
         self.gpus
             .iter()
-            .flat_map(|g| g.processes.iter().chain(g.mig.iter().flat_map(|m| m.processes.iter())))
+            .flat_map(|g| {
+                g.processes
+                    .iter()
+                    .chain(g.mig.iter().flat_map(|m| m.processes.iter()))
+            })
             .find(|p| p.pid == pid)
             .map(|p| p.name.as_str())
     }
@@ -663,10 +676,18 @@ fn resolve_gpu(
             mig.push(SimMig {
                 gpu_instance_id: gi,
                 compute_instance_id: 0,
-                uuid: format!("MIG-{}", uuid_body(key ^ 0x4d49_47, u64::from(gi) << 32 | key)),
+                uuid: format!(
+                    "MIG-{}",
+                    uuid_body(key ^ 0x4d49_47, u64::from(gi) << 32 | key)
+                ),
                 load: m.load.delayed(f64::from(gi) * 3.0),
                 memory_used_mib: m.memory_used_mib,
-                processes: resolve_processes(&m.processes, m.process_count, m.process_memory_mib, pid),
+                processes: resolve_processes(
+                    &m.processes,
+                    m.process_count,
+                    m.process_memory_mib,
+                    pid,
+                ),
                 profile: profile.clone(),
             });
             gi += 1;
@@ -757,7 +778,11 @@ mod tests {
         assert_eq!(n.gpus.iter().map(|g| g.mig.len()).sum::<usize>(), 28);
         let procs: usize = (0..8).map(|i| n.gpu_processes(i, 10.0).len()).sum();
         assert_eq!(procs, 200);
-        assert_eq!(n.gpu_reading(5, 10.0).gpu_util_percent, None, "MIG GPUs have no utilisation");
+        assert_eq!(
+            n.gpu_reading(5, 10.0).gpu_util_percent,
+            None,
+            "MIG GPUs have no utilisation"
+        );
     }
 
     #[test]
@@ -765,7 +790,11 @@ mod tests {
         let n = node("big-node");
         for t in [0.0, 7.3, 44.4, 91.0] {
             let total = n.gpu_reading(0, t).gpu_util_percent.unwrap();
-            let sum: u32 = n.gpu_processes(0, t).iter().map(|p| p.sm_util_percent).sum();
+            let sum: u32 = n
+                .gpu_processes(0, t)
+                .iter()
+                .map(|p| p.sm_util_percent)
+                .sum();
             assert_eq!(sum, total, "t={t}");
         }
     }

@@ -269,16 +269,21 @@ pub const BUILTIN: &[(&str, &str)] = &[
 impl Scenario {
     /// A built-in scenario (`default`, `big-node`).
     pub fn builtin(name: &str) -> Result<Scenario, ScenarioError> {
-        let (_, text) = BUILTIN
-            .iter()
-            .find(|(n, _)| *n == name)
-            .ok_or_else(|| ScenarioError::Invalid {
-                path: name.into(),
-                message: format!(
-                    "no built-in scenario named {name:?} (have: {})",
-                    BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                ),
-            })?;
+        let (_, text) =
+            BUILTIN
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| ScenarioError::Invalid {
+                    path: name.into(),
+                    message: format!(
+                        "no built-in scenario named {name:?} (have: {})",
+                        BUILTIN
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                })?;
         Scenario::parse_toml(text, &format!("builtin:{name}"))
     }
 
@@ -294,11 +299,10 @@ impl Scenario {
             source,
         })?;
         if path.extension().is_some_and(|e| e == "json") {
-            let s: Scenario =
-                serde_json::from_str(&text).map_err(|e| ScenarioError::Parse {
-                    path: shown.clone(),
-                    message: e.to_string(),
-                })?;
+            let s: Scenario = serde_json::from_str(&text).map_err(|e| ScenarioError::Parse {
+                path: shown.clone(),
+                message: e.to_string(),
+            })?;
             s.validate(&shown)?;
             Ok(s)
         } else {
@@ -406,9 +410,12 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_models_are_rejected_with_context() {
-        let e = Scenario::parse_toml("[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\ncuont = 2\n", "t")
-            .unwrap_err()
-            .to_string();
+        let e = Scenario::parse_toml(
+            "[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\ncuont = 2\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("cuont"), "{e}");
         let e = Scenario::parse_toml("[[gpus]]\nmodel = \"GeForce 256\"\n", "t")
             .unwrap_err()

@@ -1,0 +1,614 @@
+//! The field catalog: every dcgm-exporter field this exporter can serve, where its value
+//! comes from in NVML, how it is converted to dcgm's units, and which entities carry it.
+//! Also the full list of DCGM field names, so a counters CSV can name a real DCGM field
+//! we cannot serve (skipped with a warning) apart from a typo (an error).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// One NVML reading, in NVML's own units. The GPU sources answer in these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Quantity {
+    /// `nvmlDeviceGetUtilizationRates().gpu`, percent.
+    GpuUtil,
+    /// `nvmlDeviceGetUtilizationRates().memory`, percent.
+    MemCopyUtil,
+    EncoderUtil,
+    DecoderUtil,
+    /// `nvmlDeviceGetMemoryInfo_v2`, bytes.
+    FbFree,
+    FbUsed,
+    FbReserved,
+    FbTotal,
+    /// mW.
+    PowerUsage,
+    /// mW.
+    PowerLimit,
+    /// mJ since driver load.
+    TotalEnergy,
+    /// °C.
+    GpuTemp,
+    /// °C, field value 82.
+    MemoryTemp,
+    /// MHz.
+    SmClock,
+    MemClock,
+    PcieReplayCounter,
+    /// KB/s (20 ms sample).
+    PcieTxThroughput,
+    PcieRxThroughput,
+    /// Bitmask of `nvmlClocksEventReason*`.
+    ClockEventReasons,
+    /// Violation time, ns, per `nvmlPerfPolicyType_t`.
+    PowerViolation,
+    ThermalViolation,
+    SyncBoostViolation,
+    BoardLimitViolation,
+    LowUtilViolation,
+    ReliabilityViolation,
+    EccSbeVolatile,
+    EccDbeVolatile,
+    EccSbeAggregate,
+    EccDbeAggregate,
+    /// Retired page counts.
+    RetiredSbe,
+    RetiredDbe,
+    /// 0/1.
+    RetiredPending,
+    RemappedCorrectable,
+    RemappedUncorrectable,
+    /// 0/1.
+    RemapFailure,
+    NvlinkCrcFlitErrors,
+    NvlinkCrcDataErrors,
+    NvlinkReplayErrors,
+    NvlinkRecoveryErrors,
+    /// Cumulative NVLink data RX+TX over all links, KiB.
+    NvlinkDataKib,
+    /// 0/1.
+    VgpuLicensed,
+    /// GPM metrics: utilisations in percent, PCIe in MiB/s.
+    GpmGraphicsUtil,
+    GpmSmUtil,
+    GpmSmOccupancy,
+    GpmTensorUtil,
+    GpmDramUtil,
+    GpmFp64Util,
+    GpmFp32Util,
+    GpmFp16Util,
+    GpmPcieTx,
+    GpmPcieRx,
+}
+
+impl Quantity {
+    pub const COUNT: usize = Quantity::GpmPcieRx as usize + 1;
+
+    /// Needs NVML GPM (Hopper and newer).
+    pub fn is_gpm(self) -> bool {
+        self as u8 >= Quantity::GpmGraphicsUtil as u8
+    }
+}
+
+/// A string attribute read once per device, exported as a label by `label` rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LabelField {
+    DriverVersion,
+    NvmlVersion,
+    Brand,
+    Serial,
+    VbiosVersion,
+    OemInforom,
+    EccInforom,
+    PowerInforom,
+    InforomImage,
+}
+
+/// How a raw NVML reading becomes the value dcgm-exporter prints.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Convert {
+    /// Integer as is.
+    Int,
+    /// Divide by this and print as a float with 6 decimals (mW → W, percent → ratio).
+    Float(f64),
+    /// Divide by this and print as an integer, truncating (bytes → MiB).
+    IntDiv(u64),
+    /// Multiply by this and print as an integer (MiB/s → bytes/s).
+    IntMul(f64),
+    /// Rate of a cumulative counter per second, divided by this (KiB → ≈MB/s).
+    RatePerSec(f64),
+}
+
+/// What an entity must be to carry a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Physical GPUs only (power, temperature, clocks...); never copied onto MIG instances.
+    Device,
+    /// GPUs and MIG instances alike (memory, GPM ratios).
+    Instance,
+}
+
+/// What a value means over time, whatever a CSV row declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nature {
+    Gauge,
+    Counter,
+}
+
+/// Where a field's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldSource {
+    Value {
+        quantity: Quantity,
+        convert: Convert,
+        scope: Scope,
+        nature: Nature,
+    },
+    /// A string attribute, exported as a label.
+    Label(LabelField),
+    /// Last XID seen, from the event stream.
+    LastXid,
+}
+
+/// One servable field.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FieldDef {
+    pub name: &'static str,
+    pub source: FieldSource,
+}
+
+const fn v(
+    name: &'static str,
+    quantity: Quantity,
+    convert: Convert,
+    scope: Scope,
+    nature: Nature,
+) -> FieldDef {
+    FieldDef {
+        name,
+        source: FieldSource::Value {
+            quantity,
+            convert,
+            scope,
+            nature,
+        },
+    }
+}
+
+const fn label(name: &'static str, field: LabelField) -> FieldDef {
+    FieldDef {
+        name,
+        source: FieldSource::Label(field),
+    }
+}
+
+use Convert::*;
+use Nature::*;
+use Quantity as Q;
+use Scope::*;
+
+const MIB: u64 = 1 << 20;
+
+/// Every field this exporter serves, with its NVML source (see the dcgm-compat reference,
+/// section 3, for each mapping).
+pub const FIELDS: &[FieldDef] = &[
+    v("DCGM_FI_DEV_SM_CLOCK", Q::SmClock, Int, Device, Gauge),
+    v("DCGM_FI_DEV_MEM_CLOCK", Q::MemClock, Int, Device, Gauge),
+    v("DCGM_FI_DEV_MEMORY_TEMP", Q::MemoryTemp, Int, Device, Gauge),
+    v("DCGM_FI_DEV_GPU_TEMP", Q::GpuTemp, Int, Device, Gauge),
+    v(
+        "DCGM_FI_DEV_POWER_USAGE",
+        Q::PowerUsage,
+        Float(1000.0),
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+        Q::PowerLimit,
+        Float(1000.0),
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        Q::TotalEnergy,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        Q::PcieReplayCounter,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        Q::PcieTxThroughput,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+        Q::PcieRxThroughput,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v("DCGM_FI_DEV_GPU_UTIL", Q::GpuUtil, Int, Device, Gauge),
+    v(
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        Q::MemCopyUtil,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v("DCGM_FI_DEV_ENC_UTIL", Q::EncoderUtil, Int, Device, Gauge),
+    v("DCGM_FI_DEV_DEC_UTIL", Q::DecoderUtil, Int, Device, Gauge),
+    FieldDef {
+        name: "DCGM_FI_DEV_XID_ERRORS",
+        source: FieldSource::LastXid,
+    },
+    v(
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        Q::ClockEventReasons,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        Q::ClockEventReasons,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        Q::PowerViolation,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        Q::ThermalViolation,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+        Q::SyncBoostViolation,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+        Q::BoardLimitViolation,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+        Q::LowUtilViolation,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+        Q::ReliabilityViolation,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_FB_TOTAL",
+        Q::FbTotal,
+        IntDiv(MIB),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FB_FREE",
+        Q::FbFree,
+        IntDiv(MIB),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FB_USED",
+        Q::FbUsed,
+        IntDiv(MIB),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FB_RESERVED",
+        Q::FbReserved,
+        IntDiv(MIB),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        Q::EccSbeVolatile,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        Q::EccDbeVolatile,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        Q::EccSbeAggregate,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        Q::EccDbeAggregate,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_RETIRED_SBE",
+        Q::RetiredSbe,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        Q::RetiredDbe,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        Q::RetiredPending,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        Q::NvlinkCrcFlitErrors,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        Q::NvlinkCrcDataErrors,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        Q::NvlinkReplayErrors,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        Q::NvlinkRecoveryErrors,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        Q::NvlinkDataKib,
+        RatePerSec(1000.0),
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        Q::VgpuLicensed,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        Q::RemappedUncorrectable,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        Q::RemappedCorrectable,
+        Int,
+        Device,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        Q::RemapFailure,
+        Int,
+        Device,
+        Gauge,
+    ),
+    label("DCGM_FI_DRIVER_VERSION", LabelField::DriverVersion),
+    label("DCGM_FI_NVML_VERSION", LabelField::NvmlVersion),
+    label("DCGM_FI_DEV_BRAND", LabelField::Brand),
+    label("DCGM_FI_DEV_SERIAL", LabelField::Serial),
+    label("DCGM_FI_DEV_VBIOS_VERSION", LabelField::VbiosVersion),
+    label("DCGM_FI_DEV_OEM_INFOROM_VER", LabelField::OemInforom),
+    label("DCGM_FI_DEV_ECC_INFOROM_VER", LabelField::EccInforom),
+    label("DCGM_FI_DEV_POWER_INFOROM_VER", LabelField::PowerInforom),
+    label("DCGM_FI_DEV_INFOROM_IMAGE_VER", LabelField::InforomImage),
+    v(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        Q::GpmGraphicsUtil,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        Q::GpmSmUtil,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        Q::GpmSmOccupancy,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        Q::GpmTensorUtil,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        Q::GpmDramUtil,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+        Q::GpmFp64Util,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        Q::GpmFp32Util,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+        Q::GpmFp16Util,
+        Float(100.0),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        Q::GpmPcieTx,
+        IntMul(MIB as f64),
+        Instance,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        Q::GpmPcieRx,
+        IntMul(MIB as f64),
+        Instance,
+        Gauge,
+    ),
+];
+
+/// The servable field of this name.
+pub fn field(name: &str) -> Option<&'static FieldDef> {
+    FIELDS.iter().find(|f| f.name == name)
+}
+
+/// dcgm-exporter's exporter-side pseudo-fields (`DCGM_EXP_*`); accepted in a CSV.
+pub const EXPORTER_FIELDS: &[&str] = &[
+    "DCGM_EXP_XID_ERRORS_COUNT",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT",
+    "DCGM_EXP_GPU_HEALTH_STATUS",
+    "DCGM_EXP_P2P_STATUS",
+];
+
+const DCGM_FIELD_NAMES: &str = include_str!("dcgm_field_names.txt");
+
+/// Every DCGM field name (current and legacy) with its numeric ID.
+pub fn dcgm_field_ids() -> &'static HashMap<&'static str, u32> {
+    static IDS: OnceLock<HashMap<&'static str, u32>> = OnceLock::new();
+    IDS.get_or_init(|| {
+        DCGM_FIELD_NAMES
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (name, id) = l.split_once(' ')?;
+                Some((name, id.trim().parse().ok()?))
+            })
+            .collect()
+    })
+}
+
+/// A DCGM field name known to DCGM, or one of the `DCGM_EXP_*` names.
+pub fn is_known_dcgm_name(name: &str) -> bool {
+    dcgm_field_ids().contains_key(name) || EXPORTER_FIELDS.contains(&name)
+}
+
+/// Up to three known names closest to `name`, for error messages.
+pub fn closest_names(name: &str) -> Vec<&'static str> {
+    let mut scored: Vec<(f64, &'static str)> = dcgm_field_ids()
+        .keys()
+        .copied()
+        .chain(EXPORTER_FIELDS.iter().copied())
+        .map(|k| (strsim::jaro_winkler(name, k), k))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.into_iter().take(3).map(|(_, k)| k).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_servable_field_is_a_known_dcgm_name_and_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for f in FIELDS {
+            assert!(is_known_dcgm_name(f.name), "{} is not a DCGM field", f.name);
+            assert!(seen.insert(f.name), "{} listed twice", f.name);
+        }
+    }
+
+    #[test]
+    fn the_name_list_holds_hundreds_of_fields_with_their_ids() {
+        let ids = dcgm_field_ids();
+        assert!(ids.len() > 500, "{}", ids.len());
+        assert_eq!(ids["DCGM_FI_DEV_GPU_UTIL"], 203);
+        assert_eq!(ids["DCGM_FI_PROF_GR_ENGINE_ACTIVE"], 1001);
+    }
+
+    #[test]
+    fn closest_names_suggest_the_intended_field() {
+        assert_eq!(
+            closest_names("DCGM_FI_DEV_GPU_UTL")[0],
+            "DCGM_FI_DEV_GPU_UTIL"
+        );
+        assert!(closest_names("DCGM_FI_DEV_POWR_USAGE").contains(&"DCGM_FI_DEV_POWER_USAGE"));
+    }
+
+    #[test]
+    fn gpm_quantities_are_recognised() {
+        assert!(Quantity::GpmPcieRx.is_gpm() && Quantity::GpmGraphicsUtil.is_gpm());
+        assert!(!Quantity::VgpuLicensed.is_gpm());
+    }
+}

@@ -1,0 +1,452 @@
+//! dcgm-exporter's counters CSV (`-f/--collectors`), read as dcgm-exporter reads it:
+//! `field, type, help` per line, `#` comments, blank lines skipped, spaces around
+//! columns trimmed, standard CSV quoting. The result is an [`ExportPlan`]: which fields
+//! become metric families, in file order, and which become labels.
+
+use crate::catalog::{self, Convert, FieldSource, LabelField, Nature, Quantity, Scope};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The built-in counters list: dcgm-exporter's `default-counters.csv`.
+pub const DEFAULT_COUNTERS: &str = include_str!("catalog/default-counters.csv");
+
+/// A Prometheus type as the CSV declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclaredType {
+    Gauge,
+    Counter,
+    Histogram,
+    Summary,
+    Label,
+}
+
+/// The TYPE a family is exported with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    Gauge,
+    Counter,
+}
+
+/// A field exported as a metric family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricField {
+    pub name: &'static str,
+    pub help: String,
+    pub metric_type: MetricType,
+    pub kind: MetricKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MetricKind {
+    Value {
+        quantity: Quantity,
+        convert: Convert,
+        scope: Scope,
+    },
+    /// `DCGM_FI_DEV_XID_ERRORS`: last XID seen.
+    LastXid,
+}
+
+/// What the exporter will export, decided once at startup.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ExportPlan {
+    /// Metric families, in CSV order.
+    pub metrics: Vec<MetricField>,
+    /// `label` rows: (field name, source), byte-sorted by name as dcgm-exporter emits them.
+    pub labels: Vec<(&'static str, LabelField)>,
+}
+
+impl ExportPlan {
+    /// Distinct NVML quantities the plan reads, by scope.
+    pub fn quantities(&self) -> Vec<(Quantity, Scope)> {
+        let mut v: Vec<(Quantity, Scope)> = self
+            .metrics
+            .iter()
+            .filter_map(|m| match m.kind {
+                MetricKind::Value {
+                    quantity, scope, ..
+                } => Some((quantity, scope)),
+                MetricKind::LastXid => None,
+            })
+            .collect();
+        v.sort_by_key(|(q, _)| *q);
+        v.dedup_by_key(|(q, _)| *q);
+        v
+    }
+}
+
+/// A non-fatal finding while planning, logged at startup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanWarning {
+    pub line: u64,
+    pub message: String,
+    /// An expected adjustment (a rate declared `counter`), not a problem with the file.
+    pub notice: bool,
+}
+
+/// Split CSV text into records the way dcgm-exporter's Go reader does (`encoding/csv`
+/// with `Comment = '#'` and leading space trimmed), each with the line it starts on.
+///
+/// Hand-written because the `csv` crate differs where users' files do: it does not
+/// recognise a quote after leading spaces (`a, "b, c"`), silently accepts bare and
+/// unterminated quotes that Go rejects, and does not count skipped blank lines.
+fn go_csv_records(text: &str) -> Result<Vec<(u64, Vec<String>)>, (u64, String)> {
+    let mut records = Vec::new();
+    let mut lines = text.split('\n').enumerate().peekable();
+    while let Some((i, raw)) = lines.next() {
+        let start = i as u64 + 1;
+        let line = raw.strip_suffix('\r').unwrap_or(raw);
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = Vec::new();
+        let mut rest: std::borrow::Cow<'_, str> = line.into();
+        let mut line_no = start;
+        loop {
+            let trimmed = rest.trim_start_matches([' ', '\t']).to_string();
+            if let Some(quoted) = trimmed.strip_prefix('"') {
+                // A quoted field may run over several lines.
+                let mut field = String::new();
+                let mut cur = quoted.to_string();
+                loop {
+                    match cur.find('"') {
+                        Some(q) if cur[q + 1..].starts_with('"') => {
+                            field.push_str(&cur[..=q]);
+                            cur = cur[q + 2..].to_string();
+                        }
+                        Some(q) => {
+                            field.push_str(&cur[..q]);
+                            cur = cur[q + 1..].to_string();
+                            break;
+                        }
+                        None => {
+                            field.push_str(&cur);
+                            field.push('\n');
+                            match lines.next() {
+                                Some((j, next)) => {
+                                    line_no = j as u64 + 1;
+                                    cur = next.strip_suffix('\r').unwrap_or(next).to_string();
+                                }
+                                None => {
+                                    return Err((
+                                        start,
+                                        "malformed CSV: quoted field is never closed".into(),
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+                fields.push(field);
+                match cur.strip_prefix(',') {
+                    Some(after) => rest = after.to_string().into(),
+                    None if cur.is_empty() => break,
+                    None => {
+                        return Err((
+                            line_no,
+                            format!("malformed CSV: unexpected {cur:?} after a quoted field"),
+                        ));
+                    }
+                }
+            } else {
+                let (field, after) = match trimmed.split_once(',') {
+                    Some((f, a)) => (f.to_string(), Some(a.to_string())),
+                    None => (trimmed.clone(), None),
+                };
+                if field.contains('"') {
+                    return Err((
+                        line_no,
+                        format!(
+                            "malformed CSV: bare \" in unquoted field {field:?}; quote the whole field"
+                        ),
+                    ));
+                }
+                fields.push(field);
+                match after {
+                    Some(a) => rest = a.into(),
+                    None => break,
+                }
+            }
+        }
+        records.push((start, fields));
+    }
+    Ok(records)
+}
+
+/// Read and plan a counters file.
+pub fn load(path: &Path) -> Result<(ExportPlan, Vec<PlanWarning>)> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| Error::CountersRead {
+        file: file.clone(),
+        source,
+    })?;
+    plan(&text, &file)
+}
+
+/// Parse and plan counters CSV text; `file` names it in errors.
+pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
+    let err = |line: u64, message: String| Error::Counters {
+        file: file.to_string(),
+        line,
+        message,
+    };
+    let records = go_csv_records(text).map_err(|(line, message)| err(line, message))?;
+    let mut plan = ExportPlan::default();
+    let mut warnings = Vec::new();
+    let mut first_seen: HashMap<String, u64> = HashMap::new();
+    for (line, fields) in records {
+        let cols: Vec<&str> = fields.iter().map(|c| c.trim_matches(' ')).collect();
+        if cols.len() != 3 {
+            return Err(err(
+                line,
+                format!(
+                    "malformed CSV record: expected 3 fields (field, type, help), found {}",
+                    cols.len()
+                ),
+            ));
+        }
+        let (name, ty, help) = (cols[0], cols[1], cols[2]);
+        let declared = match ty {
+            "gauge" => DeclaredType::Gauge,
+            "counter" => DeclaredType::Counter,
+            "histogram" => DeclaredType::Histogram,
+            "summary" => DeclaredType::Summary,
+            "label" => DeclaredType::Label,
+            other => {
+                return Err(err(
+                    line,
+                    format!(
+                        "unknown Prometheus type {other:?} for {name}: expected gauge, counter, histogram, summary or label"
+                    ),
+                ));
+            }
+        };
+        if !catalog::is_known_dcgm_name(name) {
+            return Err(err(
+                line,
+                format!(
+                    "unknown DCGM field {name:?}; closest known fields: {}",
+                    catalog::closest_names(name).join(", ")
+                ),
+            ));
+        }
+        if let Some(first) = first_seen.insert(name.to_string(), line) {
+            return Err(err(
+                line,
+                format!("field {name} is listed twice (first on line {first})"),
+            ));
+        }
+        let Some(def) = catalog::field(name) else {
+            warnings.push(PlanWarning {
+                line,
+                message: format!("{name} has no NVML source in this exporter; skipped"),
+                notice: false,
+            });
+            continue;
+        };
+        match (def.source, declared) {
+            (FieldSource::Label(l), DeclaredType::Label) => plan.labels.push((def.name, l)),
+            (FieldSource::Label(l), _) => {
+                warnings.push(PlanWarning {
+                    line,
+                    message: format!(
+                        "{name} is a string; exported as a label, not as a {ty} value"
+                    ),
+                    notice: false,
+                });
+                plan.labels.push((def.name, l));
+            }
+            (_, DeclaredType::Label) => warnings.push(PlanWarning {
+                line,
+                message: format!("{name} is numeric and cannot be a label; skipped"),
+                notice: false,
+            }),
+            (FieldSource::LastXid, _) => plan.metrics.push(MetricField {
+                name: def.name,
+                help: help.to_string(),
+                metric_type: MetricType::Gauge,
+                kind: MetricKind::LastXid,
+            }),
+            (
+                FieldSource::Value {
+                    quantity,
+                    convert,
+                    scope,
+                    nature,
+                },
+                declared,
+            ) => {
+                let metric_type = match (declared, nature) {
+                    (DeclaredType::Counter, Nature::Counter) => MetricType::Counter,
+                    (DeclaredType::Counter, Nature::Gauge) => {
+                        warnings.push(PlanWarning {
+                            line,
+                            message: format!(
+                                "{name} is declared counter but can go down; exported as gauge"
+                            ),
+                            notice: true,
+                        });
+                        MetricType::Gauge
+                    }
+                    (DeclaredType::Histogram | DeclaredType::Summary, _) => {
+                        warnings.push(PlanWarning {
+                            line,
+                            message: format!(
+                                "{name} is a single value, not a {ty}; exported as gauge"
+                            ),
+                            notice: false,
+                        });
+                        MetricType::Gauge
+                    }
+                    _ => MetricType::Gauge,
+                };
+                plan.metrics.push(MetricField {
+                    name: def.name,
+                    help: help.to_string(),
+                    metric_type,
+                    kind: MetricKind::Value {
+                        quantity,
+                        convert,
+                        scope,
+                    },
+                });
+            }
+        }
+    }
+    if plan.metrics.is_empty() {
+        return Err(Error::CountersEmpty {
+            file: file.to_string(),
+        });
+    }
+    plan.labels.sort_by(|a, b| a.0.cmp(b.0));
+    Ok((plan, warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err_of(text: &str) -> String {
+        plan(text, "test.csv").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_default_list_plans_25_metrics_and_the_driver_label() {
+        let (p, warnings) = plan(DEFAULT_COUNTERS, "default").unwrap();
+        assert_eq!(p.metrics.len(), 25);
+        assert_eq!(
+            p.labels,
+            vec![("DCGM_FI_DRIVER_VERSION", LabelField::DriverVersion)]
+        );
+        assert_eq!(p.metrics[0].name, "DCGM_FI_DEV_SM_CLOCK");
+        assert_eq!(p.metrics[0].help, "SM clock frequency (in MHz).");
+        // The one rate dcgm-exporter declares counter.
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].message.contains("NVLINK_BANDWIDTH_TOTAL"));
+        let energy = p
+            .metrics
+            .iter()
+            .find(|m| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+            .unwrap();
+        assert_eq!(energy.metric_type, MetricType::Counter);
+    }
+
+    #[test]
+    fn quoted_help_with_commas_spaces_and_comments_parse() {
+        let text = "# comment\n\n  DCGM_FI_DEV_GPU_TEMP ,  gauge , \"Temp, in C\"\n";
+        let (p, _) = plan(text, "t").unwrap();
+        assert_eq!(p.metrics[0].name, "DCGM_FI_DEV_GPU_TEMP");
+        assert_eq!(p.metrics[0].help, "Temp, in C");
+    }
+
+    #[test]
+    fn wrong_column_count_names_file_and_line() {
+        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauge, ok\n\nDCGM_FI_DEV_SM_CLOCK, gauge\n");
+        assert!(e.starts_with("test.csv:3: "), "{e}");
+        assert!(e.contains("expected 3 fields"), "{e}");
+        let e = err_of("DCGM_FI_DEV_SM_CLOCK, gauge, a, b\n");
+        assert!(e.contains("test.csv:1:") && e.contains("found 4"), "{e}");
+    }
+
+    #[test]
+    fn unknown_field_names_suggest_the_closest() {
+        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_GPU_UTILIZATION, gauge, x\n");
+        assert!(e.starts_with("test.csv:2: "), "{e}");
+        assert!(e.contains("DCGM_FI_DEV_GPU_UTIL"), "{e}");
+    }
+
+    #[test]
+    fn unknown_types_are_errors() {
+        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauje, x\n");
+        assert!(e.contains("test.csv:1:") && e.contains("gauje"), "{e}");
+    }
+
+    #[test]
+    fn unterminated_quotes_are_errors_with_a_line() {
+        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_SM_CLOCK, gauge, \"open\n");
+        assert!(e.starts_with("test.csv:"), "{e}");
+    }
+
+    #[test]
+    fn bare_quotes_are_errors_and_multi_line_quotes_keep_the_start_line() {
+        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauge, say \"hi\"\n");
+        assert!(e.starts_with("test.csv:1: ") && e.contains("bare"), "{e}");
+        let (p, _) = plan(
+            "\nDCGM_FI_DEV_GPU_TEMP, gauge, \"two\nlines\"\nDCGM_FI_DEV_SM_CLOCK, gauge, x\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(p.metrics[0].help, "two\nlines");
+        let e = err_of("\n\nDCGM_FI_DEV_GPU_TEMP, gauge, \"a\"b\n");
+        assert!(e.starts_with("test.csv:3: "), "{e}");
+    }
+
+    #[test]
+    fn duplicate_rows_are_errors() {
+        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, y\n");
+        assert!(
+            e.contains("test.csv:2:") && e.contains("first on line 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn known_fields_without_a_source_are_skipped_with_a_warning() {
+        let (p, w) = plan(
+            "DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_FAN_SPEED, gauge, fan\nDCGM_EXP_P2P_STATUS, counter, p2p\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(p.metrics.len(), 1);
+        assert_eq!(w.len(), 2);
+        assert!(w[0].message.contains("DCGM_FI_DEV_FAN_SPEED") && w[0].line == 2);
+        assert!(w[1].message.contains("DCGM_EXP_P2P_STATUS"));
+    }
+
+    #[test]
+    fn empty_plans_and_missing_files_are_errors() {
+        assert!(matches!(
+            plan("# nothing\n", "t").unwrap_err(),
+            Error::CountersEmpty { .. }
+        ));
+        let e = load(Path::new("/nonexistent/counters.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/counters.csv"), "{e}");
+    }
+
+    #[test]
+    fn string_fields_become_labels_and_numeric_labels_are_refused() {
+        let (p, w) = plan(
+            "DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_SERIAL, gauge, s\nDCGM_FI_DEV_SM_CLOCK, label, c\nDCGM_FI_DRIVER_VERSION, label, d\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            p.labels.iter().map(|l| l.0).collect::<Vec<_>>(),
+            vec!["DCGM_FI_DEV_SERIAL", "DCGM_FI_DRIVER_VERSION"]
+        );
+        assert_eq!(w.len(), 2);
+    }
+}

@@ -1,0 +1,41 @@
+//! The exporter's one error type.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A counters CSV line is malformed or names an unknown field.
+    #[error("{file}:{line}: {message}")]
+    Counters {
+        file: String,
+        line: u64,
+        message: String,
+    },
+    #[error("cannot read counters file {file}: {source}")]
+    CountersRead {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("counters file {file} enables no metric")]
+    CountersEmpty { file: String },
+    #[error(transparent)]
+    Scenario(#[from] gpu_sim::ScenarioError),
+    #[error("NVML ({library}): {message}")]
+    Nvml { library: String, message: String },
+    #[error("invalid listen address {0:?}: expected HOST:PORT or :PORT")]
+    Address(String),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,486 @@
+//! The sampler: on its own thread, every collect interval, reads every planned field of
+//! every GPU and MIG instance from the source and publishes an immutable [`Snapshot`].
+//!
+//! - A field that answers "not supported" on an entity is remembered and never asked again.
+//! - Any other error is counted per field and affects only that reading.
+//! - A lost GPU keeps its identity (so `gpu_exporter_gpu_up` can say it is lost) but its
+//!   series disappear, as do its MIG instances'.
+//! - When the driver as a whole stops answering, the sampler publishes an empty, "down"
+//!   snapshot and rediscovers with exponential backoff.
+
+use crate::catalog::{Convert, Quantity, Scope};
+use crate::counters::{ExportPlan, MetricKind};
+use crate::snapshot::{EntitySnapshot, Snapshot, Value, XidStat};
+use crate::source::{GpuSource, Inventory, ProcessSample, Raw, ReadError};
+use arc_swap::ArcSwap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Longest wait between rediscovery attempts while the driver is down.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How series are labelled and what is collected besides the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerOptions {
+    pub interval: Duration,
+    /// Hostname label (name, value), or none (`--no-hostname`).
+    pub hostname: Option<(String, String)>,
+    /// Replace spaces in `modelName` with `-` (dcgm's `--replace-blanks-in-model-name`).
+    pub replace_blanks_in_model_name: bool,
+    /// Collect and export per-process series.
+    pub process_metrics: bool,
+}
+
+/// Escape a label value for the text exposition formats.
+pub fn escape_label_value(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn push_label(out: &mut String, name: &str, value: &str) {
+    if !out.is_empty() {
+        out.push(',');
+    }
+    out.push_str(name);
+    out.push_str("=\"");
+    escape_label_value(value, out);
+    out.push('"');
+}
+
+/// The label set of each entity in dcgm-exporter's order.
+fn entity_labels(inv: &Inventory, plan: &ExportPlan, opts: &SamplerOptions) -> Vec<Arc<str>> {
+    inv.entities
+        .iter()
+        .map(|e| {
+            let mut s = String::with_capacity(256);
+            push_label(&mut s, "gpu", &e.gpu_index.to_string());
+            push_label(&mut s, "UUID", &e.uuid);
+            push_label(&mut s, "pci_bus_id", &e.pci_bus_id);
+            push_label(&mut s, "device", &format!("nvidia{}", e.gpu_index));
+            let model = if opts.replace_blanks_in_model_name {
+                e.model_name.replace(' ', "-")
+            } else {
+                e.model_name.clone()
+            };
+            push_label(&mut s, "modelName", &model);
+            if let Some(m) = &e.mig {
+                push_label(&mut s, "GPU_I_PROFILE", &m.profile);
+                push_label(&mut s, "GPU_I_ID", &m.gpu_instance_id.to_string());
+            }
+            if let Some((name, value)) = &opts.hostname {
+                push_label(&mut s, name, value);
+            }
+            // `plan.labels` is byte-sorted, as dcgm-exporter emits label fields.
+            for (name, field) in &plan.labels {
+                if let Some(v) = e.labels.get(field) {
+                    push_label(&mut s, name, v);
+                }
+            }
+            Arc::from(s)
+        })
+        .collect()
+}
+
+/// Everything known about the devices between cycles.
+struct Devices {
+    inventory: Inventory,
+    labels: Vec<Arc<str>>,
+    /// `unsupported[e][q]`: quantity q answered NOT_SUPPORTED on entity e.
+    unsupported: Vec<[bool; Quantity::COUNT]>,
+    lost: Vec<bool>,
+    last_xid: Vec<Option<u64>>,
+    xids: Vec<BTreeMap<u64, XidStat>>,
+    /// Previous raw reading of rate fields: (entity, metric) → (value, when).
+    previous: HashMap<(usize, usize), (f64, Instant)>,
+    /// This cycle's readings and processes per entity (allocations reused).
+    readings: Vec<Vec<(Quantity, Raw)>>,
+    processes: Vec<Vec<ProcessSample>>,
+}
+
+pub struct Sampler {
+    source: Box<dyn GpuSource>,
+    plan: Arc<ExportPlan>,
+    opts: SamplerOptions,
+    build_labels: Arc<str>,
+    devices: Option<Devices>,
+    /// Distinct quantities and the metric indices each one feeds.
+    quantities: Vec<(Quantity, Scope, Vec<usize>)>,
+    field_errors: Vec<u64>,
+    samples_total: u64,
+    failures_total: u64,
+    last_success: Option<(Instant, SystemTime)>,
+    backoff: Duration,
+    next_discovery: Instant,
+    scratch: Vec<Result<Raw, ReadError>>,
+}
+
+impl Sampler {
+    pub fn new(
+        source: Box<dyn GpuSource>,
+        plan: Arc<ExportPlan>,
+        opts: SamplerOptions,
+        build_labels: Arc<str>,
+    ) -> Sampler {
+        let mut quantities: Vec<(Quantity, Scope, Vec<usize>)> = Vec::new();
+        for (i, m) in plan.metrics.iter().enumerate() {
+            if let MetricKind::Value {
+                quantity, scope, ..
+            } = m.kind
+            {
+                match quantities.iter_mut().find(|(q, _, _)| *q == quantity) {
+                    Some((_, _, idx)) => idx.push(i),
+                    None => quantities.push((quantity, scope, vec![i])),
+                }
+            }
+        }
+        let field_errors = vec![0; plan.metrics.len()];
+        Sampler {
+            source,
+            plan,
+            backoff: opts.interval,
+            opts,
+            build_labels,
+            devices: None,
+            quantities,
+            field_errors,
+            samples_total: 0,
+            failures_total: 0,
+            last_success: None,
+            next_discovery: Instant::now(),
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn source_description(&self) -> String {
+        self.source.describe()
+    }
+
+    fn discover(&mut self) -> Result<(), ReadError> {
+        let inventory = self
+            .source
+            .discover(&self.plan.labels.iter().map(|l| l.1).collect::<Vec<_>>())?;
+        let n = inventory.entities.len();
+        tracing::info!(
+            driver = %inventory.driver_version,
+            gpus = inventory.entities.iter().filter(|e| e.mig.is_none()).count(),
+            mig_instances = inventory.entities.iter().filter(|e| e.mig.is_some()).count(),
+            "discovered GPUs"
+        );
+        self.devices = Some(Devices {
+            labels: entity_labels(&inventory, &self.plan, &self.opts),
+            inventory,
+            unsupported: vec![[false; Quantity::COUNT]; n],
+            lost: vec![false; n],
+            last_xid: vec![None; n],
+            xids: vec![BTreeMap::new(); n],
+            previous: HashMap::new(),
+            readings: vec![Vec::new(); n],
+            processes: vec![Vec::new(); n],
+        });
+        Ok(())
+    }
+
+    fn driver_down(&mut self, why: &str) {
+        if self.devices.is_some() || self.failures_total == 0 {
+            tracing::warn!(
+                error = why,
+                "GPU driver is not answering; retrying with backoff"
+            );
+        }
+        self.devices = None;
+        self.failures_total += 1;
+        self.next_discovery = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// Run one cycle and return its snapshot.
+    pub fn cycle(&mut self) -> Snapshot {
+        let started = Instant::now();
+        self.samples_total += 1;
+        if self.devices.is_none() && started >= self.next_discovery {
+            if let Err(e) = self.discover() {
+                self.driver_down(&e.to_string());
+            }
+        }
+        let ok = match self.devices.is_some() {
+            true => self.read_all(),
+            false => Err(ReadError::Unavailable("no devices discovered".into())),
+        };
+        match ok {
+            Ok(()) => {
+                self.backoff = self.opts.interval;
+                self.last_success = Some((Instant::now(), SystemTime::now()));
+            }
+            Err(ReadError::Unavailable(why)) => {
+                if self.devices.is_some() {
+                    self.driver_down(&why);
+                } else if self.samples_total > 1 {
+                    // Already down and counted at discovery time; count the cycle.
+                    self.failures_total += u64::from(started < self.next_discovery);
+                }
+            }
+            Err(_) => {}
+        }
+        self.snapshot(started)
+    }
+
+    fn read_all(&mut self) -> Result<(), ReadError> {
+        let Some(d) = self.devices.as_mut() else {
+            return Err(ReadError::Unavailable("no devices".into()));
+        };
+        let n = d.inventory.entities.len();
+        for r in &mut d.readings {
+            r.clear();
+        }
+        for p in &mut d.processes {
+            p.clear();
+        }
+        let mut wanted: Vec<Quantity> = Vec::with_capacity(self.quantities.len());
+        for e in 0..n {
+            let parent_lost = d.inventory.entities[e]
+                .mig
+                .as_ref()
+                .is_some_and(|m| d.lost[m.parent]);
+            if d.lost[e] || parent_lost {
+                d.lost[e] = true;
+                continue;
+            }
+            let is_gpu = d.inventory.entities[e].mig.is_none();
+            wanted.clear();
+            wanted.extend(
+                self.quantities
+                    .iter()
+                    .filter(|(q, scope, _)| {
+                        (is_gpu || *scope == Scope::Instance) && !d.unsupported[e][*q as usize]
+                    })
+                    .map(|(q, _, _)| *q),
+            );
+            if wanted.is_empty() {
+                continue;
+            }
+            self.source.read(e, &wanted, &mut self.scratch);
+            for (q, r) in wanted.iter().zip(self.scratch.iter()) {
+                match r {
+                    Ok(_) => {}
+                    Err(ReadError::NotSupported) => {
+                        d.unsupported[e][*q as usize] = true;
+                        tracing::debug!(entity = e, quantity = ?q, "not supported; not asked again");
+                    }
+                    Err(ReadError::GpuLost) => {
+                        if !d.lost[e] {
+                            tracing::error!(gpu = d.inventory.entities[e].gpu_index, uuid = %d.inventory.entities[e].uuid, "GPU is lost (fallen off the bus)");
+                        }
+                        d.lost[e] = true;
+                    }
+                    Err(ReadError::Unavailable(why)) => {
+                        return Err(ReadError::Unavailable(why.clone()));
+                    }
+                    Err(ReadError::Failed(why)) => {
+                        if let Some((_, _, metrics)) =
+                            self.quantities.iter().find(|(x, _, _)| x == q)
+                        {
+                            for &m in metrics {
+                                if self.field_errors[m] == 0 {
+                                    tracing::warn!(field = self.plan.metrics[m].name, error = %why, "field read failed");
+                                }
+                                self.field_errors[m] += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            d.readings[e].extend(
+                wanted
+                    .iter()
+                    .zip(self.scratch.iter())
+                    .filter_map(|(q, r)| r.as_ref().ok().map(|r| (*q, *r))),
+            );
+        }
+        if self.opts.process_metrics {
+            for e in 0..n {
+                if d.lost[e] {
+                    continue;
+                }
+                match self.source.processes(e) {
+                    Ok(p) => d.processes[e] = p,
+                    Err(ReadError::Unavailable(why)) => return Err(ReadError::Unavailable(why)),
+                    Err(_) => {}
+                }
+            }
+        }
+        for ev in self.source.xid_events() {
+            if ev.entity < n {
+                d.last_xid[ev.entity] = Some(ev.code);
+                let s = d.xids[ev.entity].entry(ev.code).or_insert(XidStat {
+                    count: 0,
+                    last_seen: ev.at,
+                });
+                s.count += 1;
+                s.last_seen = ev.at;
+                tracing::warn!(
+                    gpu = d.inventory.entities[ev.entity].gpu_index,
+                    xid = ev.code,
+                    "XID error"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, started: Instant) -> Snapshot {
+        let now = Instant::now();
+        let mut snap = Snapshot::empty(self.plan.clone(), self.build_labels.clone());
+        snap.taken = now;
+        snap.taken_at = SystemTime::now();
+        snap.sample_duration = now - started;
+        snap.last_success = self.last_success;
+        snap.samples_total = self.samples_total;
+        snap.sample_failures_total = self.failures_total;
+        snap.process_metrics = self.opts.process_metrics;
+        snap.field_errors = self
+            .plan
+            .metrics
+            .iter()
+            .zip(&self.field_errors)
+            .filter(|(_, c)| **c > 0)
+            .map(|(m, c)| (m.name, *c))
+            .collect();
+        let Some(d) = self.devices.as_mut() else {
+            return snap;
+        };
+        snap.source_up = true;
+        let metrics = self.plan.metrics.len();
+        let n = d.inventory.entities.len();
+        snap.values = vec![None; n * metrics];
+        for e in 0..n {
+            let up = !d.lost[e];
+            let is_gpu = d.inventory.entities[e].mig.is_none();
+            if up {
+                for (i, m) in self.plan.metrics.iter().enumerate() {
+                    snap.values[e * metrics + i] = match m.kind {
+                        // The XID gauge belongs to physical GPUs, as in dcgm-exporter.
+                        MetricKind::LastXid => {
+                            is_gpu.then(|| Value::Int(d.last_xid[e].map_or(0, |x| x as i64)))
+                        }
+                        MetricKind::Value {
+                            quantity, convert, ..
+                        } => d.readings[e].iter().find(|(q, _)| *q == quantity).and_then(
+                            |&(_, raw)| {
+                                let previous = match convert {
+                                    Convert::RatePerSec(_) => {
+                                        d.previous.insert((e, i), (raw.as_f64(), now))
+                                    }
+                                    _ => None,
+                                };
+                                convert_value(raw, convert, previous, now)
+                            },
+                        ),
+                    };
+                }
+            }
+            snap.entities.push(EntitySnapshot {
+                labels: d.labels[e].clone(),
+                is_gpu: d.inventory.entities[e].mig.is_none(),
+                up,
+                last_xid: d.last_xid[e],
+                xids: d.xids[e].clone(),
+                processes: std::mem::take(&mut d.processes[e]),
+            });
+        }
+        snap
+    }
+}
+
+/// Convert a raw reading to dcgm's units. `previous` is the last raw value of this
+/// series, for rates; a rate needs two readings and a counter that did not go back.
+fn convert_value(
+    raw: Raw,
+    c: Convert,
+    previous: Option<(f64, Instant)>,
+    now: Instant,
+) -> Option<Value> {
+    match c {
+        Convert::Int => Some(Value::Int(match raw {
+            Raw::U64(v) => i64::try_from(v).unwrap_or(i64::MAX),
+            Raw::F64(v) => v.round() as i64,
+        })),
+        Convert::Float(div) => Some(Value::Float(raw.as_f64() / div)),
+        Convert::IntDiv(div) => Some(Value::Int(match raw {
+            Raw::U64(v) => i64::try_from(v / div).unwrap_or(i64::MAX),
+            Raw::F64(v) => (v / div as f64) as i64,
+        })),
+        Convert::IntMul(mul) => Some(Value::Int((raw.as_f64() * mul).round() as i64)),
+        Convert::RatePerSec(div) => {
+            let (prev, at) = previous?;
+            let dt = now.saturating_duration_since(at).as_secs_f64();
+            let cur = raw.as_f64();
+            (dt > 0.0 && cur >= prev).then(|| Value::Int(((cur - prev) / dt / div).round() as i64))
+        }
+    }
+}
+
+/// Run the sampler until `stop` receives or disconnects, publishing into `store`.
+pub fn run(mut sampler: Sampler, store: Arc<ArcSwap<Snapshot>>, stop: Receiver<()>) {
+    let interval = sampler.opts.interval;
+    let mut next = Instant::now();
+    loop {
+        let snap = sampler.cycle();
+        store.store(Arc::new(snap));
+        next += interval;
+        let now = Instant::now();
+        if next < now {
+            // A cycle overran the interval: start the next one now, without a burst.
+            next = now;
+        }
+        match stop.recv_timeout(next - now) {
+            Err(RecvTimeoutError::Timeout) => continue,
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_need_two_readings_and_a_forward_counter() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        let c = Convert::RatePerSec(1000.0);
+        assert_eq!(convert_value(Raw::U64(5000), c, None, t1), None);
+        assert_eq!(
+            convert_value(Raw::U64(9000), c, Some((5000.0, t0)), t1),
+            Some(Value::Int(2))
+        );
+        assert_eq!(convert_value(Raw::U64(10), c, Some((5000.0, t0)), t1), None);
+    }
+
+    #[test]
+    fn conversions_use_dcgm_units() {
+        let now = Instant::now();
+        assert_eq!(
+            convert_value(Raw::U64(287_415), Convert::Float(1000.0), None, now),
+            Some(Value::Float(287.415))
+        );
+        assert_eq!(
+            convert_value(Raw::U64(3 << 20 | 5), Convert::IntDiv(1 << 20), None, now),
+            Some(Value::Int(3))
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut s = String::new();
+        escape_label_value("a\"b\\c\nd", &mut s);
+        assert_eq!(s, r#"a\"b\\c\nd"#);
+    }
+}

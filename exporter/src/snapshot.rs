@@ -1,0 +1,105 @@
+//! The immutable result of one sampling cycle. The sampler publishes a new one
+//! atomically; scrapes only ever read one and never touch a GPU source.
+
+use crate::counters::ExportPlan;
+use crate::source::ProcessSample;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A value in dcgm-exporter's units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// Printed as a decimal integer (`%d`).
+    Int(i64),
+    /// Printed with six decimals (`%f`).
+    Float(f64),
+}
+
+/// XIDs seen on one entity since the exporter started.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct XidStat {
+    pub count: u64,
+    pub last_seen: SystemTime,
+}
+
+/// One GPU or MIG instance in a snapshot.
+#[derive(Debug, Clone)]
+pub struct EntitySnapshot {
+    /// The label set, pre-rendered once per inventory: `gpu="0",UUID="…",…`.
+    pub labels: Arc<str>,
+    /// A physical GPU (not a MIG instance).
+    pub is_gpu: bool,
+    /// False once the GPU (or its parent) has fallen off the bus.
+    pub up: bool,
+    /// Last XID seen (dcgm's sticky gauge), if any.
+    pub last_xid: Option<u64>,
+    /// Per XID code.
+    pub xids: BTreeMap<u64, XidStat>,
+    pub processes: Vec<ProcessSample>,
+}
+
+/// Everything a scrape renders.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub plan: Arc<ExportPlan>,
+    /// Monotonic time the cycle finished, for readiness and staleness.
+    pub taken: Instant,
+    /// Wall time the cycle finished.
+    pub taken_at: SystemTime,
+    /// When the last cycle that reached the driver finished.
+    pub last_success: Option<(Instant, SystemTime)>,
+    pub sample_duration: Duration,
+    /// The last cycle reached the driver.
+    pub source_up: bool,
+    pub entities: Vec<EntitySnapshot>,
+    /// Entity-major values: `values[entity * plan.metrics.len() + metric]`.
+    pub values: Vec<Option<Value>>,
+    /// Cumulative read errors per metric (name, count), only those with errors.
+    pub field_errors: Vec<(&'static str, u64)>,
+    pub samples_total: u64,
+    pub sample_failures_total: u64,
+    /// Export per-process series.
+    pub process_metrics: bool,
+    /// Version and source for `gpu_exporter_build_info`.
+    pub build_labels: Arc<str>,
+    /// The rendered device families, once per format (see `encode`).
+    pub(crate) rendered: [OnceLock<Vec<u8>>; 2],
+}
+
+impl Snapshot {
+    /// A snapshot with nothing sampled yet.
+    pub fn empty(plan: Arc<ExportPlan>, build_labels: Arc<str>) -> Snapshot {
+        let now = Instant::now();
+        Snapshot {
+            plan,
+            taken: now,
+            taken_at: SystemTime::now(),
+            last_success: None,
+            sample_duration: Duration::ZERO,
+            source_up: false,
+            entities: Vec::new(),
+            values: Vec::new(),
+            field_errors: Vec::new(),
+            samples_total: 0,
+            sample_failures_total: 0,
+            process_metrics: false,
+            build_labels,
+            rendered: Default::default(),
+        }
+    }
+
+    /// The value of metric `m` on entity `e`.
+    pub fn value(&self, e: usize, m: usize) -> Option<Value> {
+        self.values
+            .get(e * self.plan.metrics.len() + m)
+            .copied()
+            .flatten()
+    }
+
+    /// Age of the last successful sample, if there was one.
+    pub fn success_age(&self, now: Instant) -> Option<Duration> {
+        self.last_success
+            .map(|(i, _)| now.saturating_duration_since(i))
+    }
+}

@@ -1,0 +1,118 @@
+//! GPU sources: where readings come from. One trait, two backends: real NVML through
+//! `nvml-wrapper` ([`nvml::NvmlSource`]) and the gpu-sim model ([`simulated::SimulatedSource`]).
+//! Sources answer in NVML's own units; the sampler converts.
+
+pub mod nvml;
+pub mod simulated;
+
+use crate::catalog::{LabelField, Quantity};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// A raw reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Raw {
+    U64(u64),
+    F64(f64),
+}
+
+impl Raw {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Raw::U64(v) => v as f64,
+            Raw::F64(v) => v,
+        }
+    }
+}
+
+/// Why a reading is missing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReadError {
+    /// The device does not support it; asked once, then remembered.
+    #[error("not supported")]
+    NotSupported,
+    /// The GPU has fallen off the bus.
+    #[error("GPU is lost")]
+    GpuLost,
+    /// The driver as a whole is not answering; the source must be rediscovered.
+    #[error("driver unavailable: {0}")]
+    Unavailable(String),
+    /// Any other failure of this one reading.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The devices a source sees: physical GPUs, then MIG instances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inventory {
+    pub driver_version: String,
+    pub nvml_version: String,
+    pub entities: Vec<EntityInfo>,
+}
+
+/// A physical GPU or a MIG instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityInfo {
+    /// NVML index of the (parent) GPU.
+    pub gpu_index: u32,
+    /// UUID of the (parent) GPU, as dcgm-exporter labels MIG series.
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub model_name: String,
+    pub mig: Option<MigInfo>,
+    /// String attributes for `label` rows (read once).
+    pub labels: BTreeMap<LabelField, String>,
+}
+
+/// What identifies a MIG instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigInfo {
+    /// Entity index of the parent GPU in the inventory.
+    pub parent: usize,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    /// Profile name, e.g. `3g.40gb`.
+    pub profile: String,
+    pub mig_uuid: String,
+}
+
+/// A process using a GPU or MIG instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessSample {
+    pub pid: u32,
+    pub name: String,
+    pub used_memory_bytes: Option<u64>,
+    pub sm_util_percent: Option<u32>,
+}
+
+/// An XID error reported by the driver.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct XidEvent {
+    /// Entity index (the MIG instance when the driver names one, else the GPU).
+    pub entity: usize,
+    pub code: u64,
+    pub at: SystemTime,
+}
+
+/// A GPU source. Calls may block; the sampler runs them on its own thread.
+pub trait GpuSource: Send {
+    /// One line for logs and `gpu_exporter_build_info`.
+    fn describe(&self) -> String;
+
+    /// (Re)connect and enumerate devices, reading the string attributes in `labels`.
+    fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError>;
+
+    /// Read `quantities` of one entity; `out` receives one result per quantity, in order.
+    fn read(
+        &mut self,
+        entity: usize,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    );
+
+    /// Processes running on one entity.
+    fn processes(&mut self, entity: usize) -> Result<Vec<ProcessSample>, ReadError>;
+
+    /// XIDs reported since the last call, each exactly once.
+    fn xid_events(&mut self) -> Vec<XidEvent>;
+}

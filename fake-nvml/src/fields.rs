@@ -1,0 +1,147 @@
+//! `nvmlDeviceGetFieldValues`: the field IDs the model can answer. Each requested field
+//! gets its own `nvmlReturn`; unknown IDs (including 251–273, whose numbering changed
+//! at driver 580.82) are `NOT_SUPPORTED`.
+
+use crate::ffi::{INVALID_ARGUMENT, NOT_SUPPORTED, in_slice};
+use crate::state::{Dev, device_call};
+use gpu_sim::{Capability, GpuReading};
+use nvml_wrapper_sys::bindings::field_id::*;
+use nvml_wrapper_sys::bindings::*;
+use std::ffi::c_int;
+
+/// `scopeId` meaning "all links" for NVLink fields.
+pub const ALL_LINKS: u32 = u32::MAX;
+
+/// A typed field value.
+enum Value {
+    U32(u32),
+    U64(u64),
+}
+
+fn nvlink(d: &Dev) -> Result<(), nvmlReturn_t> {
+    d.require(Capability::Nvlink)?;
+    if d.gpu.model.nvlink_links == 0 {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(())
+}
+
+/// The value of one field, or the per-field return code.
+fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlReturn_t> {
+    use Value::{U32, U64};
+    let need = |c: Capability| d.require(c);
+    Ok(match id {
+        NVML_FI_DEV_ECC_SBE_VOL_TOTAL => {
+            need(Capability::Ecc).map(|_| U64(r.ecc_corrected_volatile))?
+        }
+        NVML_FI_DEV_ECC_DBE_VOL_TOTAL => {
+            need(Capability::Ecc).map(|_| U64(r.ecc_uncorrected_volatile))?
+        }
+        NVML_FI_DEV_ECC_SBE_AGG_TOTAL => {
+            need(Capability::Ecc).map(|_| U64(r.ecc_corrected_aggregate))?
+        }
+        NVML_FI_DEV_ECC_DBE_AGG_TOTAL => {
+            need(Capability::Ecc).map(|_| U64(r.ecc_uncorrected_aggregate))?
+        }
+        NVML_FI_DEV_RETIRED_SBE => {
+            need(Capability::RetiredPages).map(|_| U64(r.retired_single_bit))?
+        }
+        NVML_FI_DEV_RETIRED_DBE => {
+            need(Capability::RetiredPages).map(|_| U64(r.retired_double_bit))?
+        }
+        NVML_FI_DEV_RETIRED_PENDING => {
+            need(Capability::RetiredPages).map(|_| U32(r.retired_pending.into()))?
+        }
+        NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL => {
+            nvlink(d).map(|_| U64(r.nvlink_errors[0]))?
+        }
+        NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL => {
+            nvlink(d).map(|_| U64(r.nvlink_errors[1]))?
+        }
+        NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL => {
+            nvlink(d).map(|_| U64(r.nvlink_errors[2]))?
+        }
+        NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL => {
+            nvlink(d).map(|_| U64(r.nvlink_errors[3]))?
+        }
+        NVML_FI_DEV_PERF_POLICY_POWER..=NVML_FI_DEV_PERF_POLICY_RELIABILITY => {
+            need(Capability::Violations)?;
+            U64(r.violation_ns[(id - NVML_FI_DEV_PERF_POLICY_POWER) as usize])
+        }
+        NVML_FI_DEV_MEMORY_TEMP => {
+            need(Capability::MemoryTemperature).map(|_| U32(r.memory_temp_c))?
+        }
+        NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION => {
+            need(Capability::Energy).map(|_| U64(r.energy_mj))?
+        }
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX | NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX => {
+            nvlink(d)?;
+            let total = if id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX {
+                r.nvlink_tx_kib
+            } else {
+                r.nvlink_rx_kib
+            };
+            let links = d.gpu.model.nvlink_links;
+            match scope {
+                ALL_LINKS => U64(total),
+                l if l < links => U64(total / u64::from(links)),
+                _ => return Err(INVALID_ARGUMENT),
+            }
+        }
+        NVML_FI_DEV_REMAPPED_COR => {
+            need(Capability::RemappedRows).map(|_| U32(r.remapped_correctable as u32))?
+        }
+        NVML_FI_DEV_REMAPPED_UNC => {
+            need(Capability::RemappedRows).map(|_| U32(r.remapped_uncorrectable as u32))?
+        }
+        NVML_FI_DEV_REMAPPED_PENDING => {
+            need(Capability::RemappedRows).map(|_| U32(r.remap_pending.into()))?
+        }
+        NVML_FI_DEV_REMAPPED_FAILURE => {
+            need(Capability::RemappedRows).map(|_| U32(r.remap_failure.into()))?
+        }
+        _ => return Err(NOT_SUPPORTED),
+    })
+}
+
+/// Whole-GPU only (`NOT_SUPPORTED` on a MIG handle). The call succeeds as long as the
+/// device answers; each field carries its own result, the scenario instant as its
+/// timestamp (µs since the Unix epoch) and zero latency.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: nvmlDevice_t,
+    valuesCount: c_int,
+    values: *mut nvmlFieldValue_t,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: `values` is null or holds `valuesCount` initialised entries
+    // (the caller sets `fieldId` and `scopeId` of each).
+    let fields = unsafe { in_slice(values, usize::try_from(valuesCount).unwrap_or(0)) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        let fields = fields.filter(|_| valuesCount > 0).ok_or(INVALID_ARGUMENT)?;
+        let r = d.node().gpu_reading(d.index, d.t);
+        let ts = d.timestamp_us();
+        for f in fields {
+            f.timestamp = ts;
+            f.latencyUsec = 0;
+            match field(d, &r, f.fieldId, f.scopeId) {
+                Ok(Value::U32(v)) => {
+                    f.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+                    f.value = nvmlValue_t { ullVal: 0 };
+                    f.value.uiVal = v;
+                    f.nvmlReturn = nvmlReturn_enum_NVML_SUCCESS;
+                }
+                Ok(Value::U64(v)) => {
+                    f.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+                    f.value = nvmlValue_t { ullVal: v };
+                    f.nvmlReturn = nvmlReturn_enum_NVML_SUCCESS;
+                }
+                Err(code) => {
+                    f.value = nvmlValue_t { ullVal: 0 };
+                    f.nvmlReturn = code;
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,211 @@
+//! MIG: mode, instance handles, instance IDs and GPU-instance profiles.
+//!
+//! A MIG-enabled GPU has its instances in slots 0..n of its seven MIG device slots;
+//! slots n..7 are empty (`NOT_FOUND`). Each instance has one compute instance.
+
+use crate::ffi::{
+    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED, Out,
+    put_array_str, struct_version,
+};
+use crate::state::{Dev, SLOTS_PER_GPU, device_call, handle};
+use gpu_sim::models::MigProfile;
+use nvml_wrapper_sys::bindings::*;
+use std::ffi::c_uint;
+
+/// MIG device slots of a GPU.
+pub const MAX_MIG_DEVICES: u32 = (SLOTS_PER_GPU - 1) as u32;
+
+/// Whole GPU whose model offers MIG, else `NOT_SUPPORTED`.
+fn mig_capable(d: &Dev) -> Result<(), nvmlReturn_t> {
+    d.whole_gpu()?;
+    if d.gpu.model.mig_profiles.is_empty() {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    currentMode: *mut c_uint,
+    pendingMode: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: both out-pointers are null or valid for writes.
+    let (cur, pend) = unsafe { (Out::new(currentMode), Out::new(pendingMode)) };
+    device_call(device, |d| {
+        mig_capable(d)?;
+        if cur.is_null() || pend.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let mode = c_uint::from(!d.gpu.mig.is_empty());
+        cur.set(mode)?;
+        pend.set(mode)
+    })
+}
+
+/// Seven on a MIG-enabled GPU, zero when MIG is disabled.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(count) };
+    device_call(device, |d| {
+        mig_capable(d)?;
+        out.set(if d.gpu.mig.is_empty() {
+            0
+        } else {
+            MAX_MIG_DEVICES
+        })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    migDevice: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(migDevice) };
+    device_call(device, |d| {
+        mig_capable(d)?;
+        if index >= MAX_MIG_DEVICES {
+            return Err(INVALID_ARGUMENT);
+        }
+        if index as usize >= d.gpu.mig.len() {
+            return Err(NOT_FOUND);
+        }
+        out.set(handle(d.index, Some(index as usize)))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    migDevice: nvmlDevice_t,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(device) };
+    device_call(migDevice, |d| {
+        d.mig.ok_or(INVALID_ARGUMENT)?;
+        out.set(handle(d.index, None))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
+    device: nvmlDevice_t,
+    isMigDevice: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(isMigDevice) };
+    device_call(device, |d| out.set(c_uint::from(d.mig.is_some())))
+}
+
+/// `NOT_SUPPORTED` on a handle that is not a MIG device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
+    device: nvmlDevice_t,
+    id: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(id) };
+    device_call(device, |d| {
+        out.set(d.mig_instance().ok_or(NOT_SUPPORTED)?.gpu_instance_id)
+    })
+}
+
+/// `NOT_SUPPORTED` on a handle that is not a MIG device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
+    device: nvmlDevice_t,
+    id: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(id) };
+    device_call(device, |d| {
+        out.set(d.mig_instance().ok_or(NOT_SUPPORTED)?.compute_instance_id)
+    })
+}
+
+/// The model's profile with this `NVML_GPU_INSTANCE_PROFILE_*` ID.
+fn profile(d: &Dev, id: c_uint) -> Result<&'static MigProfile, nvmlReturn_t> {
+    mig_capable(d)?;
+    d.gpu
+        .model
+        .mig_profiles
+        .iter()
+        .find(|p| p.profile_id == id)
+        .ok_or(NOT_SUPPORTED)
+}
+
+/// Profile facts: slices and memory from the model; SMs (16 per slice on Hopper, 14
+/// otherwise), copy engines and decoders per slice; one JPEG/OFA on a full-GPU profile.
+fn profile_info(d: &Dev, p: &MigProfile) -> nvmlGpuInstanceProfileInfo_t {
+    let sms_per_slice = if d.gpu.model.architecture == 9 {
+        16
+    } else {
+        14
+    };
+    let full = c_uint::from(p.slices == 7);
+    nvmlGpuInstanceProfileInfo_t {
+        id: p.profile_id,
+        isP2pSupported: 0,
+        sliceCount: p.slices,
+        instanceCount: 7 / p.slices,
+        multiprocessorCount: p.slices * sms_per_slice,
+        copyEngineCount: p.slices,
+        decoderCount: p.slices,
+        encoderCount: 0,
+        jpegCount: full,
+        ofaCount: full,
+        memorySizeMB: p.memory_mib,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
+    device: nvmlDevice_t,
+    profile_id: c_uint,
+    info: *mut nvmlGpuInstanceProfileInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(info) };
+    device_call(device, |d| {
+        out.set(profile_info(d, profile(d, profile_id)?))
+    })
+}
+
+/// The version word must be `nvmlGpuInstanceProfileInfo_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
+    device: nvmlDevice_t,
+    profile_id: c_uint,
+    info: *mut nvmlGpuInstanceProfileInfo_v2_t,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
+    let io = unsafe { InOut::new(info) };
+    device_call(device, |d| {
+        let v = io.get()?;
+        if v.version != struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2) {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        let p = profile(d, profile_id)?;
+        let i = profile_info(d, p);
+        v.id = i.id;
+        v.isP2pSupported = i.isP2pSupported;
+        v.sliceCount = i.sliceCount;
+        v.instanceCount = i.instanceCount;
+        v.multiprocessorCount = i.multiprocessorCount;
+        v.copyEngineCount = i.copyEngineCount;
+        v.decoderCount = i.decoderCount;
+        v.encoderCount = i.encoderCount;
+        v.jpegCount = i.jpegCount;
+        v.ofaCount = i.ofaCount;
+        v.memorySizeMB = i.memorySizeMB;
+        put_array_str(&mut v.name, &format!("MIG {}", p.name));
+        Ok(())
+    })
+}
