@@ -24,6 +24,7 @@ pub struct Cli {
         short = 'f',
         long,
         env = "DCGM_EXPORTER_COLLECTORS",
+        hide_env_values = true,
         value_name = "PATH"
     )]
     pub collectors: Option<PathBuf>,
@@ -33,6 +34,7 @@ pub struct Cli {
         short = 'a',
         long,
         env = "DCGM_EXPORTER_LISTEN",
+        hide_env_values = true,
         default_value = ":9400"
     )]
     pub address: String,
@@ -42,6 +44,7 @@ pub struct Cli {
         short = 'c',
         long,
         env = "DCGM_EXPORTER_INTERVAL",
+        hide_env_values = true,
         default_value_t = 1000,
         value_name = "MS",
         value_parser = clap::value_parser!(u64).range(10..=3_600_000)
@@ -88,7 +91,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     /// Log filter, as RUST_LOG (e.g. info, gpu_exporter=debug).
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    #[arg(long, env = "RUST_LOG", hide_env_values = true, default_value = "info")]
     pub log_level: String,
 }
 

@@ -85,13 +85,16 @@ pub struct PlanWarning {
     pub notice: bool,
 }
 
+/// One CSV record: the line it starts on and its fields.
+type CsvRecord = (u64, Vec<String>);
+
 /// Split CSV text into records the way dcgm-exporter's Go reader does (`encoding/csv`
 /// with `Comment = '#'` and leading space trimmed), each with the line it starts on.
 ///
 /// Hand-written because the `csv` crate differs where users' files do: it does not
 /// recognise a quote after leading spaces (`a, "b, c"`), silently accepts bare and
 /// unterminated quotes that Go rejects, and does not count skipped blank lines.
-fn go_csv_records(text: &str) -> Result<Vec<(u64, Vec<String>)>, (u64, String)> {
+fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
     let mut records = Vec::new();
     let mut lines = text.split('\n').enumerate().peekable();
     while let Some((i, raw)) = lines.next() {

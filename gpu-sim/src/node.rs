@@ -678,7 +678,7 @@ fn resolve_gpu(
                 compute_instance_id: 0,
                 uuid: format!(
                     "MIG-{}",
-                    uuid_body(key ^ 0x4d49_47, u64::from(gi) << 32 | key)
+                    uuid_body(key ^ 0x004d_4947, u64::from(gi) << 32 | key)
                 ),
                 load: m.load.delayed(f64::from(gi) * 3.0),
                 memory_used_mib: m.memory_used_mib,

@@ -1,1 +1,376 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared infrastructure for the end-to-end tests: run the real exporter binary, a real
+//! Prometheus and promtool, and wait on conditions (never on fixed sleeps).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives inside the workspace")
+        .to_path_buf()
+}
+
+/// `target/<profile>` of the running test binary (it lives in `target/<profile>/deps`).
+pub fn target_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary sits in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// A built workspace binary; `cargo test --workspace` builds them before running tests.
+pub fn binary(name: &str) -> PathBuf {
+    let p = target_profile_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is not built; run `cargo build --workspace` (or `cargo test --workspace`, which builds it) first",
+        p.display()
+    );
+    p
+}
+
+/// A path under `tests/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    workspace().join("tests/fixtures").join(name)
+}
+
+/// A fresh, unique scratch directory under the target dir (kept for post-mortems).
+pub fn scratch_dir(name: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = target_profile_dir().join("e2e-scratch").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Poll `f` until it returns `Some`, or panic after `timeout` naming `what`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An HTTP GET: (status, body). Never fails on 4xx/5xx; panics only on transport errors.
+pub fn get(url: &str) -> (u16, String) {
+    get_with(url, &[])
+}
+
+/// A GET with extra headers.
+pub fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    try_get(url, headers).unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
+/// A GET that reports transport errors instead of panicking.
+pub fn try_get(url: &str, headers: &[(&str, &str)]) -> Result<(u16, String), String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut req = agent.get(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.call().map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    Ok((status, body))
+}
+
+/// A free loopback port (bound then released; the tiny race is acceptable in tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running process whose stderr and stdout lines are collected; killed on drop.
+pub struct Process {
+    child: Child,
+    pub lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    pub fn spawn(mut cmd: Command) -> Process {
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    lines.lock().expect("log lock").push(line);
+                }
+            });
+        }
+        Process { child, lines }
+    }
+
+    /// Wait for a log line containing `needle`; returns it.
+    pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let lines = self.lines.clone();
+        wait_for(
+            &format!("a log line containing {needle:?}"),
+            timeout,
+            || {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    panic!(
+                        "process exited ({status}) before logging {needle:?}; log:\n{}",
+                        lines.lock().expect("log lock").join("\n")
+                    );
+                }
+                lines
+                    .lock()
+                    .expect("log lock")
+                    .iter()
+                    .find(|l| l.contains(needle))
+                    .cloned()
+            },
+        )
+    }
+
+    pub fn log(&self) -> String {
+        self.lines.lock().expect("log lock").join("\n")
+    }
+
+    /// Wait for exit and return the status code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let child = &mut self.child;
+        wait_for("process exit", timeout, || child.try_wait().ok().flatten()).code()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running gpu-exporter on a loopback port.
+pub struct Exporter {
+    pub process: Process,
+    pub base: String,
+}
+
+impl Exporter {
+    /// Start the exporter with `args` (plus `-a 127.0.0.1:0`) and `envs`, from the
+    /// workspace root, and wait until it listens.
+    pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Exporter {
+        let mut cmd = Command::new(binary("gpu-exporter"));
+        cmd.current_dir(workspace())
+            .args(args)
+            .args(["-a", "127.0.0.1:0"])
+            .env_remove("DCGM_EXPORTER_LISTEN")
+            .env_remove("DCGM_EXPORTER_COLLECTORS")
+            .env_remove("DCGM_EXPORTER_INTERVAL")
+            .env("RUST_LOG", "info")
+            .env("NODE_NAME", "e2e-node");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut process = Process::spawn(cmd);
+        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
+        let addr = line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address in the listening line")
+            .to_string();
+        Exporter {
+            process,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn metrics(&self) -> String {
+        let (status, body) = get(&self.url("/metrics"));
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Wait until `gpu_exporter_samples_total` reaches `n`, and return that scrape.
+    pub fn metrics_after_samples(&self, n: u64) -> String {
+        wait_for(&format!("{n} samples"), Duration::from_secs(30), || {
+            let body = self.metrics();
+            (sample_value(&body, "gpu_exporter_samples_total")? >= n as f64).then_some(body)
+        })
+    }
+}
+
+/// The value of the first sample whose name and labels start with `prefix`
+/// (e.g. `DCGM_FI_DEV_GPU_UTIL{gpu="3"`), or of an unlabelled metric.
+pub fn sample_value(body: &str, prefix: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            l.starts_with(prefix)
+                && matches!(
+                    l.as_bytes().get(prefix.len()),
+                    Some(b' ') | Some(b'{') | Some(b',') | Some(b'}')
+                )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Every sample line of a family (exact metric name).
+pub fn samples<'a>(body: &'a str, name: &str) -> Vec<&'a str> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .collect()
+}
+
+/// Run `promtool check metrics` on `text`: (exit code, findings).
+pub fn promtool_check_metrics(text: &str) -> (i32, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (tests/run installs the Debian package prometheus)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool output");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A real Prometheus server on loopback with the given scrape jobs (name, target host:port,
+/// extra YAML lines for the job).
+pub struct Prometheus {
+    pub process: Process,
+    pub base: String,
+}
+
+impl Prometheus {
+    pub fn start(jobs: &[(&str, &str, &str)]) -> Prometheus {
+        let dir = scratch_dir("prometheus");
+        let mut config =
+            String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
+        for (name, target, extra) in jobs {
+            config.push_str(&format!(
+                "  - job_name: {name}\n    honor_labels: true\n    static_configs:\n      - targets: ['{target}']\n{extra}"
+            ));
+        }
+        std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
+        let port = free_port();
+        let mut cmd = Command::new("prometheus");
+        cmd.arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--log.level=info");
+        let mut process = Process::spawn(cmd);
+        process.wait_for_line(
+            "Server is ready to receive web requests",
+            Duration::from_secs(60),
+        );
+        Prometheus {
+            process,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// An instant query; returns the `data.result` array.
+    pub fn query(&self, promql: &str) -> Vec<serde_json::Value> {
+        let url = format!("{}/api/v1/query?query={}", self.base, urlencode(promql));
+        let (status, body) = get(&url);
+        assert_eq!(status, 200, "query {promql}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus JSON");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Values of the samples of `name` whose labels include every `(key, value)`; a MIG
+/// series (with `GPU_I_ID`) matches only when `GPU_I_ID` is among the labels asked for.
+pub fn series_values(body: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    let want_mig = labels.iter().any(|(k, _)| *k == "GPU_I_ID");
+    samples(body, name)
+        .into_iter()
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter(|l| want_mig || !l.contains("GPU_I_ID="))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect()
+}

@@ -1,0 +1,142 @@
+//! The command line: `--help` is snapshot-tested (UPDATE_SNAPSHOTS=1 rewrites it), and
+//! bad input stops startup with an error that says where and what.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-exporter");
+
+fn run(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("DCGM_EXPORTER_LISTEN")
+        .env_remove("DCGM_EXPORTER_COLLECTORS")
+        .env_remove("DCGM_EXPORTER_INTERVAL")
+        .env_remove("RUST_LOG");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run gpu-exporter");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn scratch(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+#[test]
+fn help_matches_the_snapshot() {
+    let (code, help) = run(&["--help"], &[("COLUMNS", "100")]);
+    assert_eq!(code, 0);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/help.txt");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &help).expect("write snapshot");
+    }
+    let expected =
+        std::fs::read_to_string(&path).expect("snapshot (UPDATE_SNAPSHOTS=1 creates it)");
+    assert_eq!(help, expected);
+}
+
+#[test]
+fn a_malformed_counters_line_names_file_line_and_fix() {
+    let csv = scratch(
+        "bad.csv",
+        "# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, t\n\nDCGM_FI_DEV_GPU_UTILISATION, gauge, u\n",
+    );
+    let (code, out) = run(
+        &[
+            "--simulate",
+            "-f",
+            csv.to_str().expect("utf-8"),
+            "-a",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("{}:4:", csv.display())), "{out}");
+    assert!(
+        out.contains("DCGM_FI_DEV_GPU_UTIL"),
+        "closest name suggested: {out}"
+    );
+
+    let csv = scratch("short.csv", "DCGM_FI_DEV_GPU_TEMP, gauge\n");
+    let (code, out) = run(&["--simulate", "-f", csv.to_str().expect("utf-8")], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("short.csv:1:") && out.contains("expected 3 fields"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bad_scenario_or_address_is_a_clear_error() {
+    let (code, out) = run(&["--simulate=/nonexistent/scenario.toml"], &[]);
+    assert_eq!(code, 1);
+    assert!(out.contains("/nonexistent/scenario.toml"), "{out}");
+    let s = scratch(
+        "bad.toml",
+        "[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\nload = { kind = \"constant\", percent = 150 }\n",
+    );
+    let arg = format!("--simulate={}", s.display());
+    let (code, out) = run(&[arg.as_str()], &[]);
+    assert_eq!(code, 1);
+    assert!(out.contains("0..=100"), "{out}");
+    let (code, out) = run(&["--simulate", "-a", "not-an-address"], &[]);
+    assert_eq!(code, 1);
+    assert!(out.contains("not-an-address"), "{out}");
+}
+
+#[test]
+fn dcgm_exporter_environment_variables_are_honoured() {
+    let csv = scratch("env.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n");
+    let mut child = Command::new(BIN)
+        .arg("--simulate")
+        .env("DCGM_EXPORTER_LISTEN", "127.0.0.1:0")
+        .env("DCGM_EXPORTER_INTERVAL", "250")
+        .env("DCGM_EXPORTER_COLLECTORS", &csv)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let mut address = None;
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if let Some(rest) = line.split("listening address=").nth(1) {
+            address = rest.split_whitespace().next().map(str::to_string);
+            seen.push(line);
+            break;
+        }
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = seen.join("\n");
+    assert!(
+        address.is_some_and(|a| a.starts_with("127.0.0.1:")),
+        "{log}"
+    );
+    assert!(log.contains("interval_ms=250"), "{log}");
+    assert!(
+        log.contains("metrics=1"),
+        "collectors file from the environment: {log}"
+    );
+}

@@ -1,0 +1,215 @@
+//! Golden-file end-to-end test: the real exporter binary on a fixed scenario with a
+//! frozen clock; `/metrics` in both formats must equal the checked-in files byte for
+//! byte, except the few self-metrics that measure time. `UPDATE_GOLDEN=1` rewrites them.
+//! A second test checks the same output against values computed from the scenario, so
+//! the golden files cannot silently bless a wrong number.
+
+use e2e_tests::{Exporter, fixture, get_with, series_values};
+use gpu_sim::{Scenario, SimNode};
+use std::time::UNIX_EPOCH;
+
+/// Self-metrics whose values depend on timing, not on the scenario.
+const VOLATILE: &[&str] = &[
+    "gpu_exporter_last_sample_timestamp_seconds ",
+    "gpu_exporter_sample_duration_seconds ",
+    "gpu_exporter_samples_total ",
+    "gpu_exporter_scrape_duration_seconds_sum ",
+    "gpu_exporter_scrape_duration_seconds_count ",
+];
+
+fn normalise(body: &str) -> String {
+    body.lines()
+        .map(|l| match VOLATILE.iter().find(|v| l.starts_with(*v)) {
+            Some(v) => format!("{v}<volatile>"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn start() -> Exporter {
+    Exporter::start(
+        &[
+            "--simulate=tests/fixtures/golden-node.toml",
+            "-f",
+            "tests/fixtures/all-fields.csv",
+            "--process-metrics",
+            "--openmetrics",
+            "-c",
+            "100",
+        ],
+        &[("NODE_NAME", "golden-node")],
+    )
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = fixture(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 creates it)", path.display()));
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from /metrics at line {}:\n expected: {:?}\n   actual: {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+#[test]
+fn metrics_match_the_golden_files_in_both_formats() {
+    let exporter = start();
+    // Three cycles: rate fields need two readings.
+    let text = exporter.metrics_after_samples(3);
+    check_golden("golden.prom", &normalise(&text));
+    let (status, om) = get_with(
+        &exporter.url("/metrics"),
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )],
+    );
+    assert_eq!(status, 200);
+    assert!(om.ends_with("# EOF\n"), "OpenMetrics must end with # EOF");
+    check_golden("golden.openmetrics", &normalise(&om));
+}
+
+#[test]
+fn exported_values_are_the_scenarios_values() {
+    let scenario = Scenario::load(&fixture("golden-node.toml")).expect("scenario");
+    let node = SimNode::new(&scenario, UNIX_EPOCH);
+    let t = 60.0;
+    let exporter = start();
+    let body = exporter.metrics_after_samples(2);
+    for gpu in 0..4u32 {
+        let g = gpu.to_string();
+        let r = node.gpu_reading(gpu, t);
+        let labels = [("gpu", g.as_str())];
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_POWER_USAGE", &labels),
+            vec![f64::from(r.power_mw) / 1000.0],
+            "power of GPU {gpu}"
+        );
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &labels),
+            vec![r.energy_mj as f64],
+            "energy of GPU {gpu}"
+        );
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_FB_USED", &labels),
+            vec![(r.memory.used >> 20) as f64],
+            "memory of GPU {gpu}"
+        );
+        let util: Vec<f64> = r.gpu_util_percent.map(f64::from).into_iter().collect();
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_GPU_UTIL", &labels),
+            util,
+            "util of GPU {gpu}"
+        );
+        let gpm: Vec<f64> = r.gpm.map(|g| g.graphics_util / 100.0).into_iter().collect();
+        let got = series_values(&body, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", &labels);
+        assert_eq!(got.len(), gpm.len(), "GPM presence on GPU {gpu}");
+        for (a, b) in got.iter().zip(&gpm) {
+            assert!((a - b).abs() < 1e-6, "GR engine of GPU {gpu}: {a} vs {b}");
+        }
+    }
+    // The MIG instances: their own memory and engine activity, no device-wide fields.
+    let g2 = &node.gpus[2];
+    for (m, mig) in g2.mig.iter().enumerate() {
+        let gi = mig.gpu_instance_id.to_string();
+        let labels = [
+            ("gpu", "2"),
+            ("GPU_I_ID", gi.as_str()),
+            ("GPU_I_PROFILE", mig.profile.name),
+        ];
+        let r = node.mig_reading(2, m, t);
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_FB_USED", &labels),
+            vec![(r.memory.used >> 20) as f64]
+        );
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_POWER_USAGE", &labels),
+            Vec::<f64>::new()
+        );
+        let gr = series_values(&body, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", &labels);
+        assert!((gr[0] - r.gpm.expect("H100 GPM").graphics_util / 100.0).abs() < 1e-6);
+    }
+    // Unsupported on the A100: memory temperature; GPU 4 is lost: only gpu_up says so.
+    assert!(series_values(&body, "DCGM_FI_DEV_MEMORY_TEMP", &[("gpu", "3")]).is_empty());
+    assert!(series_values(&body, "DCGM_FI_DEV_GPU_TEMP", &[("gpu", "4")]).is_empty());
+    assert_eq!(
+        series_values(&body, "gpu_exporter_gpu_up", &[("gpu", "4")]),
+        vec![0.0]
+    );
+    assert_eq!(
+        series_values(&body, "gpu_exporter_gpu_up", &[("gpu", "0")]),
+        vec![1.0]
+    );
+    // XIDs: two of code 31 on GPU 0, one of code 13 on MIG instance 1 of GPU 2.
+    assert_eq!(
+        series_values(
+            &body,
+            "gpu_exporter_xid_errors_total",
+            &[("gpu", "0"), ("xid", "31")]
+        ),
+        vec![2.0]
+    );
+    assert_eq!(
+        series_values(
+            &body,
+            "gpu_exporter_xid_last_seen_timestamp_seconds",
+            &[("gpu", "0"), ("xid", "31")]
+        ),
+        vec![1_700_000_020.0]
+    );
+    assert_eq!(
+        series_values(
+            &body,
+            "gpu_exporter_xid_errors_total",
+            &[("gpu", "2"), ("GPU_I_ID", "1"), ("xid", "13")]
+        ),
+        vec![1.0]
+    );
+    assert_eq!(
+        series_values(
+            &body,
+            "DCGM_FI_DEV_XID_ERRORS",
+            &[("gpu", "0"), ("err_code", "31")]
+        ),
+        vec![31.0]
+    );
+    // ECC and remapped rows from the faults.
+    assert_eq!(
+        series_values(&body, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", &[("gpu", "1")]),
+        vec![1.0]
+    );
+    assert_eq!(
+        series_values(
+            &body,
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            &[("gpu", "1")]
+        ),
+        vec![1.0]
+    );
+    // Per-process shares on a whole GPU sum to the device utilisation.
+    let util0 = series_values(&body, "DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")])[0];
+    let shares: f64 = series_values(
+        &body,
+        "gpu_exporter_process_sm_utilization_percent",
+        &[("gpu", "0")],
+    )
+    .iter()
+    .sum();
+    assert_eq!(shares, util0);
+}
