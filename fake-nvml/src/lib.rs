@@ -60,6 +60,7 @@
 // Every export is an `unsafe extern "C" fn` whose safety contract is the NVML API's:
 // pointer arguments are null or valid for the access NVML documents.
 #![allow(clippy::missing_safety_doc)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod device;
 mod events;

@@ -142,8 +142,14 @@ pub(crate) fn shutdown() -> Outcome {
 }
 
 fn load() -> Result<Sim, Ret> {
+    // One line on stderr, however many lines the underlying error has.
     let fail = |msg: String| {
-        eprintln!("fake-nvml: {msg}");
+        let line: Vec<&str> = msg
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && *l != "|")
+            .collect();
+        eprintln!("fake-nvml: {}", line.join(" "));
         UNKNOWN
     };
     let spec = std::env::var(SCENARIO_ENV).unwrap_or_else(|_| DEFAULT_SCENARIO.into());

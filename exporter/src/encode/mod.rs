@@ -134,6 +134,22 @@ fn write_f64(out: &mut Vec<u8>, v: f64) {
     let _ = write!(out, "{}", FloatText(v, false));
 }
 
+/// Append a label value, escaped; values without special characters are copied as is.
+fn escape_into(out: &mut Vec<u8>, v: &str) {
+    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.extend_from_slice(v.as_bytes());
+        return;
+    }
+    for b in v.bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b => out.push(b),
+        }
+    }
+}
+
 /// `name{labels,extra} ` — the start of a sample line.
 fn write_series_start(out: &mut Vec<u8>, name: &str, labels: &str, extra: &[(&str, &str)]) {
     out.extend_from_slice(name.as_bytes());
@@ -147,9 +163,7 @@ fn write_series_start(out: &mut Vec<u8>, name: &str, labels: &str, extra: &[(&st
         first = false;
         out.extend_from_slice(k.as_bytes());
         out.extend_from_slice(b"=\"");
-        let mut s = String::new();
-        crate::sampler::escape_label_value(v, &mut s);
-        out.extend_from_slice(s.as_bytes());
+        escape_into(out, v);
         out.push(b'"');
     }
     out.extend_from_slice(b"} ");
@@ -248,50 +262,49 @@ pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
     }
 
     if snap.process_metrics && snap.entities.iter().any(|e| !e.processes.is_empty()) {
-        let mem = format!("{PREFIX}process_memory_used_bytes");
-        write_header(
-            out,
+        process_family(
+            snap,
             fmt,
-            &mem,
-            MetricType::Gauge,
+            out,
+            "process_memory_used_bytes",
             "GPU memory used by a process, bytes.",
+            |p| p.used_memory_bytes,
         );
-        for e in &snap.entities {
-            for p in &e.processes {
-                if let Some(b) = p.used_memory_bytes {
-                    let pid = p.pid.to_string();
-                    write_series_start(
-                        out,
-                        &mem,
-                        &e.labels,
-                        &[("pid", &pid), ("process_name", &p.name)],
-                    );
-                    out.extend_from_slice(itoa::Buffer::new().format(b).as_bytes());
-                    out.push(b'\n');
-                }
-            }
-        }
-        let sm = format!("{PREFIX}process_sm_utilization_percent");
-        write_header(
-            out,
+        process_family(
+            snap,
             fmt,
-            &sm,
-            MetricType::Gauge,
+            out,
+            "process_sm_utilization_percent",
             "Share of the device's SM utilisation used by a process, percent; shares sum to the device value.",
+            |p| p.sm_util_percent.map(u64::from),
         );
-        for e in &snap.entities {
-            for p in &e.processes {
-                if let Some(u) = p.sm_util_percent {
-                    let pid = p.pid.to_string();
-                    write_series_start(
-                        out,
-                        &sm,
-                        &e.labels,
-                        &[("pid", &pid), ("process_name", &p.name)],
-                    );
-                    out.extend_from_slice(itoa::Buffer::new().format(u).as_bytes());
-                    out.push(b'\n');
-                }
+    }
+}
+
+/// One per-process family: a series per process that reports `value`.
+fn process_family(
+    snap: &Snapshot,
+    fmt: Format,
+    out: &mut Vec<u8>,
+    name: &str,
+    help: &str,
+    value: impl Fn(&crate::source::ProcessSample) -> Option<u64>,
+) {
+    let name = format!("{PREFIX}{name}");
+    write_header(out, fmt, &name, MetricType::Gauge, help);
+    let mut pid = itoa::Buffer::new();
+    let mut v = itoa::Buffer::new();
+    for e in &snap.entities {
+        for p in &e.processes {
+            if let Some(x) = value(p) {
+                write_series_start(
+                    out,
+                    &name,
+                    &e.labels,
+                    &[("pid", pid.format(p.pid)), ("process_name", &p.name)],
+                );
+                out.extend_from_slice(v.format(x).as_bytes());
+                out.push(b'\n');
             }
         }
     }
