@@ -176,9 +176,9 @@ impl Sampler {
         );
         self.devices = Some(Devices {
             labels: entity_labels(&inventory, &self.plan, &self.opts),
+            lost: inventory.entities.iter().map(|e| e.lost).collect(),
             inventory,
             unsupported: vec![[false; Quantity::COUNT]; n],
-            lost: vec![false; n],
             last_xid: vec![None; n],
             xids: vec![BTreeMap::new(); n],
             previous: HashMap::new(),
@@ -244,6 +244,9 @@ impl Sampler {
             p.clear();
         }
         let mut wanted: Vec<Quantity> = Vec::with_capacity(self.quantities.len());
+        // A driver that vanished may answer every call with a generic error rather than
+        // "not loaded"; a cycle where nothing at all succeeds is treated as that.
+        let (mut succeeded, mut failed) = (0usize, None::<String>);
         for e in 0..n {
             let parent_lost = d.inventory.entities[e]
                 .mig
@@ -269,7 +272,8 @@ impl Sampler {
             self.source.read(e, &wanted, &mut self.scratch);
             for (q, r) in wanted.iter().zip(self.scratch.iter()) {
                 match r {
-                    Ok(_) => {}
+                    Ok(_) => succeeded += 1,
+                    Err(ReadError::NoValueYet) => succeeded += 1,
                     Err(ReadError::NotSupported) => {
                         d.unsupported[e][*q as usize] = true;
                         tracing::debug!(entity = e, quantity = ?q, "not supported; not asked again");
@@ -284,6 +288,7 @@ impl Sampler {
                         return Err(ReadError::Unavailable(why.clone()));
                     }
                     Err(ReadError::Failed(why)) => {
+                        failed.get_or_insert_with(|| why.clone());
                         if let Some((_, _, metrics)) =
                             self.quantities.iter().find(|(x, _, _)| x == q)
                         {
@@ -303,6 +308,13 @@ impl Sampler {
                     .zip(self.scratch.iter())
                     .filter_map(|(q, r)| r.as_ref().ok().map(|r| (*q, *r))),
             );
+        }
+        if succeeded == 0
+            && let Some(why) = failed
+        {
+            return Err(ReadError::Unavailable(format!(
+                "every reading failed ({why})"
+            )));
         }
         if self.opts.process_metrics {
             for e in 0..n {

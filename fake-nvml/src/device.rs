@@ -6,14 +6,13 @@ use crate::ffi::{
     put_array_str, struct_version,
 };
 use crate::state::{Dev, device_call};
-use gpu_sim::{Capability, Fault, MemoryReading};
+use gpu_sim::{Capability, Fault, InforomObject, MemoryReading};
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::{c_char, c_uint, c_ulonglong};
 
 /// `pciSubSystemId` reported for every board (an HGX H100 SXM5 baseboard's).
 pub const PCI_SUBSYSTEM_ID: u32 = 0x16C1_10DE;
 /// VBIOS version reported for every board.
-pub const VBIOS_VERSION: &str = "96.00.99.00.01";
 /// Sampling period reported with encoder/decoder utilisation, µs.
 pub const CODEC_SAMPLING_PERIOD_US: u32 = 1_000_000;
 /// Clock-event reasons every board claims to support (bits 0x1..0x100 of NVML's mask).
@@ -92,7 +91,44 @@ pub unsafe extern "C" fn nvmlDeviceGetVbiosVersion(
     let buf = unsafe { CBuf::new(version, length) };
     device_call(device, |d| {
         d.whole_gpu()?;
-        buf.put_str(VBIOS_VERSION)
+        buf.put_str(d.gpu.vbios_version())
+    })
+}
+
+/// OEM and ECC objects have versions; the power object is `NOT_SUPPORTED`, as on
+/// data-centre boards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetInforomVersion(
+    device: nvmlDevice_t,
+    object: nvmlInforomObject_t,
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
+    let buf = unsafe { CBuf::new(version, length) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        let object = match object {
+            nvmlInforomObject_enum_NVML_INFOROM_OEM => InforomObject::Oem,
+            nvmlInforomObject_enum_NVML_INFOROM_ECC => InforomObject::Ecc,
+            nvmlInforomObject_enum_NVML_INFOROM_POWER => InforomObject::Power,
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        buf.put_str(d.gpu.inforom_version(object).ok_or(NOT_SUPPORTED)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetInforomImageVersion(
+    device: nvmlDevice_t,
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
+    let buf = unsafe { CBuf::new(version, length) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        buf.put_str(d.gpu.inforom_image_version())
     })
 }
 

@@ -209,3 +209,39 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
         Ok(())
     })
 }
+
+/// Attributes of a device: for a MIG instance, its profile's slices, SMs and memory
+/// (how clients name the instance's profile); for a whole GPU, all seven slices.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
+    device: nvmlDevice_t,
+    attributes: *mut nvmlDeviceAttributes_t,
+) -> nvmlReturn_t {
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(attributes) };
+    device_call(device, |d| {
+        let (info, memory_mib) = match d.mig_instance() {
+            Some(m) => (profile_info(d, &m.profile), m.profile.memory_mib),
+            None => {
+                let full = MigProfile {
+                    name: "full",
+                    profile_id: 0,
+                    slices: 7,
+                    memory_mib: d.gpu.model.memory_total_mib,
+                };
+                (profile_info(d, &full), full.memory_mib)
+            }
+        };
+        out.set(nvmlDeviceAttributes_t {
+            multiprocessorCount: info.multiprocessorCount,
+            sharedCopyEngineCount: info.copyEngineCount,
+            sharedDecoderCount: info.decoderCount,
+            sharedEncoderCount: info.encoderCount,
+            sharedJpegCount: info.jpegCount,
+            sharedOfaCount: info.ofaCount,
+            gpuInstanceSliceCount: info.sliceCount,
+            computeInstanceSliceCount: info.sliceCount,
+            memorySizeMB: memory_mib,
+        })
+    })
+}

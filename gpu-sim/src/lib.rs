@@ -15,7 +15,7 @@ pub mod scenario;
 
 pub use load::Load;
 pub use node::{
-    GpmReading, GpuReading, MemoryReading, MigReading, ProcessReading, SimClock, SimGpu, SimMig,
-    SimNode, SimProcess, XidEvent,
+    GpmReading, GpuReading, InforomObject, MemoryReading, MigReading, ProcessReading, SimClock,
+    SimGpu, SimMig, SimNode, SimProcess, XidEvent,
 };
 pub use scenario::{Capability, Fault, Scenario, ScenarioError, ViolationPolicy};

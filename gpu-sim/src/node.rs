@@ -716,9 +716,39 @@ fn resolve_gpu(
     }
 }
 
+/// An InfoROM object (`nvmlInforomObject_t` order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InforomObject {
+    Oem = 0,
+    Ecc = 1,
+    Power = 2,
+}
+
 impl SimGpu {
+    /// Whether the board answers for `c`: not when the scenario says so, and never
+    /// for NVLink on a board without links.
     pub fn supports(&self, c: Capability) -> bool {
-        !self.unsupported.contains(&c)
+        let no_links = c == Capability::Nvlink && self.model.nvlink_links == 0;
+        !no_links && !self.unsupported.contains(&c)
+    }
+
+    /// VBIOS version string.
+    pub fn vbios_version(&self) -> &'static str {
+        "96.00.99.00.01"
+    }
+
+    /// InfoROM object version; data-centre boards report no power object.
+    pub fn inforom_version(&self, object: InforomObject) -> Option<&'static str> {
+        match object {
+            InforomObject::Oem => Some("2.1"),
+            InforomObject::Ecc => Some("7.16"),
+            InforomObject::Power => None,
+        }
+    }
+
+    /// InfoROM image version string.
+    pub fn inforom_image_version(&self) -> &'static str {
+        "G520.0200.00.05"
     }
 }
 

@@ -374,3 +374,102 @@ pub fn series_values(body: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
         .collect()
 }
+
+/// Assert that a scrape carries the values the scenario implies at scenario time `t`:
+/// per GPU power, energy, memory, utilisation (absent on MIG GPUs), GR-engine activity
+/// (absent without GPM); per MIG instance memory and GR-engine activity, and no
+/// device-wide fields; lost GPUs only in `gpu_exporter_gpu_up`.
+pub fn assert_matches_scenario(body: &str, scenario: &gpu_sim::Scenario, t: f64) {
+    let node = gpu_sim::SimNode::new(scenario, std::time::UNIX_EPOCH);
+    for g in &node.gpus {
+        let idx = g.index.to_string();
+        let labels = [("gpu", idx.as_str())];
+        if node.gpu_lost(g.index, t) {
+            assert_eq!(
+                series_values(body, "gpu_exporter_gpu_up", &labels),
+                vec![0.0],
+                "GPU {idx} is lost"
+            );
+            assert!(
+                series_values(body, "DCGM_FI_DEV_POWER_USAGE", &labels).is_empty(),
+                "lost GPU {idx} has no series"
+            );
+            continue;
+        }
+        assert_eq!(
+            series_values(body, "gpu_exporter_gpu_up", &labels),
+            vec![1.0],
+            "GPU {idx} is up"
+        );
+        let r = node.gpu_reading(g.index, t);
+        let check = |name: &str, want: Vec<f64>| {
+            let got = series_values(body, name, &labels);
+            assert_eq!(
+                got.len(),
+                want.len(),
+                "{name} on GPU {idx}: {got:?} vs {want:?}"
+            );
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                    "{name} on GPU {idx}: {a} vs {b}"
+                );
+            }
+        };
+        check(
+            "DCGM_FI_DEV_POWER_USAGE",
+            vec![f64::from(r.power_mw) / 1000.0],
+        );
+        check(
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            vec![r.energy_mj as f64],
+        );
+        check("DCGM_FI_DEV_FB_USED", vec![(r.memory.used >> 20) as f64]);
+        check("DCGM_FI_DEV_GPU_TEMP", vec![f64::from(r.gpu_temp_c)]);
+        check("DCGM_FI_DEV_SM_CLOCK", vec![f64::from(r.sm_clock_mhz)]);
+        check(
+            "DCGM_FI_DEV_GPU_UTIL",
+            r.gpu_util_percent.map(f64::from).into_iter().collect(),
+        );
+        check(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            r.gpm.map(|m| m.graphics_util / 100.0).into_iter().collect(),
+        );
+        for (m, mig) in g.mig.iter().enumerate() {
+            let gi = mig.gpu_instance_id.to_string();
+            let labels = [
+                ("gpu", idx.as_str()),
+                ("GPU_I_ID", gi.as_str()),
+                ("GPU_I_PROFILE", mig.profile.name),
+            ];
+            let mr = node.mig_reading(g.index, m, t);
+            assert_eq!(
+                series_values(body, "DCGM_FI_DEV_FB_USED", &labels),
+                vec![(mr.memory.used >> 20) as f64],
+                "memory of MIG {idx}/{gi}"
+            );
+            assert!(
+                series_values(body, "DCGM_FI_DEV_POWER_USAGE", &labels).is_empty(),
+                "device-wide power is not copied onto MIG {idx}/{gi}"
+            );
+            let gr = series_values(body, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", &labels);
+            let want: Vec<f64> = mr
+                .gpm
+                .map(|x| x.graphics_util / 100.0)
+                .into_iter()
+                .collect();
+            assert_eq!(gr.len(), want.len(), "GPM presence on MIG {idx}/{gi}");
+            for (a, b) in gr.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() < 1e-6,
+                    "GR engine of MIG {idx}/{gi}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+/// The fake libnvidia-ml built by this workspace.
+pub fn fake_nvml() -> PathBuf {
+    binary("libnvidia_ml.so")
+}

@@ -31,6 +31,9 @@ pub enum ReadError {
     /// The device does not support it; asked once, then remembered.
     #[error("not supported")]
     NotSupported,
+    /// No value this cycle, and nothing wrong (a rate's first sample).
+    #[error("no value yet")]
+    NoValueYet,
     /// The GPU has fallen off the bus.
     #[error("GPU is lost")]
     GpuLost,
@@ -62,6 +65,8 @@ pub struct EntityInfo {
     pub mig: Option<MigInfo>,
     /// String attributes for `label` rows (read once).
     pub labels: BTreeMap<LabelField, String>,
+    /// Already lost when discovered (its identity may be unknown).
+    pub lost: bool,
 }
 
 /// What identifies a MIG instance.
@@ -92,6 +97,31 @@ pub struct XidEvent {
     pub entity: usize,
     pub code: u64,
     pub at: SystemTime,
+}
+
+/// DCGM's spelling of an NVML brand (`nvmlBrandType_t`), for `DCGM_FI_DEV_BRAND`.
+#[allow(non_upper_case_globals)] // bindgen names NVML's constants
+pub fn brand_name(brand: u32) -> &'static str {
+    use nvml_wrapper_sys::bindings::*;
+    match brand {
+        nvmlBrandType_enum_NVML_BRAND_QUADRO => "Quadro",
+        nvmlBrandType_enum_NVML_BRAND_TESLA => "Tesla",
+        nvmlBrandType_enum_NVML_BRAND_NVS => "NVS",
+        nvmlBrandType_enum_NVML_BRAND_GRID => "GRID",
+        nvmlBrandType_enum_NVML_BRAND_GEFORCE => "GeForce",
+        nvmlBrandType_enum_NVML_BRAND_TITAN => "Titan",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA_VAPPS => "NVIDIA vApps",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA_VPC => "NVIDIA Virtual PC",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA_VCS => "NVIDIA Virtual Compute Server",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA_VWS => "NVIDIA RTX Virtual Workstation",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA_CLOUD_GAMING => "NVIDIA Cloud Gaming",
+        nvmlBrandType_enum_NVML_BRAND_QUADRO_RTX => "Quadro RTX",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA_RTX => "NVIDIA RTX",
+        nvmlBrandType_enum_NVML_BRAND_NVIDIA => "NVIDIA",
+        nvmlBrandType_enum_NVML_BRAND_GEFORCE_RTX => "GeForce RTX",
+        nvmlBrandType_enum_NVML_BRAND_TITAN_RTX => "Titan RTX",
+        _ => "Unknown",
+    }
 }
 
 /// A GPU source. Calls may block; the sampler runs them on its own thread.

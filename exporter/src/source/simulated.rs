@@ -5,7 +5,7 @@
 
 use super::{EntityInfo, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent};
 use crate::catalog::{LabelField, Quantity};
-use gpu_sim::{Capability, GpuReading, MigReading, SimNode};
+use gpu_sim::{Capability, GpuReading, InforomObject, MigReading, SimNode};
 use std::collections::BTreeMap;
 
 /// Where an entity lives in the model.
@@ -217,17 +217,25 @@ impl GpuSource for SimulatedSource {
             let mut values = BTreeMap::new();
             for l in labels {
                 let v = match l {
-                    LabelField::DriverVersion => self.node.driver_version.clone(),
-                    LabelField::NvmlVersion => self.node.nvml_version.clone(),
-                    LabelField::Brand => "NVIDIA".into(),
-                    LabelField::Serial => g.serial.clone(),
-                    LabelField::VbiosVersion => "96.00.99.00.01".into(),
-                    LabelField::OemInforom => "1.0".into(),
-                    LabelField::EccInforom => "7.0".into(),
-                    LabelField::PowerInforom => "N/A".into(),
-                    LabelField::InforomImage => "G520.0200.00.05".into(),
+                    LabelField::DriverVersion => Some(self.node.driver_version.clone()),
+                    LabelField::NvmlVersion => Some(self.node.nvml_version.clone()),
+                    LabelField::Brand => Some(super::brand_name(g.model.brand).to_string()),
+                    LabelField::Serial => Some(g.serial.clone()),
+                    LabelField::VbiosVersion => Some(g.vbios_version().to_string()),
+                    LabelField::OemInforom => {
+                        g.inforom_version(InforomObject::Oem).map(str::to_string)
+                    }
+                    LabelField::EccInforom => {
+                        g.inforom_version(InforomObject::Ecc).map(str::to_string)
+                    }
+                    LabelField::PowerInforom => {
+                        g.inforom_version(InforomObject::Power).map(str::to_string)
+                    }
+                    LabelField::InforomImage => Some(g.inforom_image_version().to_string()),
                 };
-                values.insert(*l, v);
+                if let Some(v) = v {
+                    values.insert(*l, v);
+                }
             }
             entities.push(EntityInfo {
                 gpu_index: g.index,
@@ -245,6 +253,7 @@ impl GpuSource for SimulatedSource {
                     }
                 }),
                 labels: values,
+                lost: false,
             });
         }
         Ok(Inventory {
@@ -332,7 +341,8 @@ impl GpuSource for SimulatedSource {
                 pid: p.pid,
                 name: p.name,
                 used_memory_bytes: Some(p.used_memory_bytes),
-                sm_util_percent: Some(p.sm_util_percent),
+                // As NVML: no per-process utilisation on MIG instances.
+                sm_util_percent: slot.mig.is_none().then_some(p.sm_util_percent),
             })
             .collect())
     }

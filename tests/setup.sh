@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Install what the end-to-end tests need on a fresh Debian machine, and nothing else:
+#   - promtool and prometheus (Debian package `prometheus`) for the promtool/Prometheus tests,
+#   - wrk (Debian package `wrk`) for the load tests,
+#   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
+#   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test.
+# Idempotent and silent when everything is present; prints what it installs. Runs as
+# root, or through sudo otherwise.
+set -euo pipefail
+
+# The pynvml release the fidelity test is written against (latest 13.x at the time).
+NVIDIA_ML_PY_VERSION="13.615.71"
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "tests/setup.sh: need root or sudo to run: $*" >&2
+        exit 1
+    fi
+}
+
+apt_packages=()
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    apt_packages+=(prometheus)
+fi
+if ! command -v wrk >/dev/null 2>&1; then
+    apt_packages+=(wrk)
+fi
+if ! command -v nm >/dev/null 2>&1 || ! command -v readelf >/dev/null 2>&1; then
+    apt_packages+=(binutils)
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+    apt_packages+=(python3 python3-pip)
+elif ! python3 -m pip --version >/dev/null 2>&1 && ! python3 -c 'import pynvml' >/dev/null 2>&1; then
+    apt_packages+=(python3-pip)
+fi
+
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+    echo "tests/setup.sh: installing Debian packages: ${apt_packages[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${apt_packages[@]}" >/dev/null
+fi
+
+if ! python3 -c 'import pynvml' >/dev/null 2>&1; then
+    echo "tests/setup.sh: installing nvidia-ml-py==${NVIDIA_ML_PY_VERSION} (pynvml)"
+    pip_args=(install --quiet --disable-pip-version-check "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}")
+    # Debian's own python3 is "externally managed" (PEP 668); a pyenv/venv python is not.
+    if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+        pip_args+=(--break-system-packages)
+    fi
+    if python3 -m pip "${pip_args[@]}" 2>/dev/null; then
+        :
+    else
+        as_root python3 -m pip "${pip_args[@]}"
+    fi
+    python3 -c 'import pynvml' || {
+        echo "tests/setup.sh: pynvml still cannot be imported after installing nvidia-ml-py" >&2
+        exit 1
+    }
+fi
