@@ -52,6 +52,8 @@ pub struct Snapshot {
     pub sample_duration: Duration,
     /// The last cycle reached the driver.
     pub source_up: bool,
+    /// A GPU call has not returned for several intervals.
+    pub source_hung: bool,
     pub entities: Vec<EntitySnapshot>,
     /// Entity-major values: `values[entity * plan.metrics.len() + metric]`.
     pub values: Vec<Option<Value>>,
@@ -78,6 +80,7 @@ impl Snapshot {
             last_success: None,
             sample_duration: Duration::ZERO,
             source_up: false,
+            source_hung: false,
             entities: Vec::new(),
             values: Vec::new(),
             field_errors: Vec::new(),
@@ -87,6 +90,20 @@ impl Snapshot {
             build_labels,
             rendered: Default::default(),
         }
+    }
+
+    /// What to publish while a cycle is stuck in a GPU call: the counters of `last`,
+    /// no device data, and the source marked down and hung.
+    pub fn hung(last: &Snapshot) -> Snapshot {
+        let mut s = Snapshot::empty(last.plan.clone(), last.build_labels.clone());
+        s.last_success = last.last_success;
+        s.sample_duration = last.sample_duration;
+        s.field_errors = last.field_errors.clone();
+        s.samples_total = last.samples_total;
+        s.sample_failures_total = last.sample_failures_total;
+        s.process_metrics = last.process_metrics;
+        s.source_hung = true;
+        s
     }
 
     /// The value of metric `m` on entity `e`.

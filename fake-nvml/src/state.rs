@@ -154,7 +154,11 @@ fn load() -> Result<Sim, Ret> {
     };
     let spec = std::env::var(SCENARIO_ENV).unwrap_or_else(|_| DEFAULT_SCENARIO.into());
     let scenario = Scenario::load(Path::new(&spec)).map_err(|e| fail(e.to_string()))?;
-    let mut node = SimNode::new(&scenario, SystemTime::now());
+    // Scenario time runs from the first initialisation in this process: a client that
+    // shuts NVML down and initialises it again (after a driver failure) sees time go on,
+    // as on a real machine, rather than the scenario starting over.
+    static FIRST_INIT: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
+    let mut node = SimNode::new(&scenario, *FIRST_INIT.get_or_init(SystemTime::now));
     if let Ok(v) = std::env::var(FROZEN_ENV) {
         let t: f64 = v
             .trim()

@@ -344,6 +344,12 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
         "1 if the last sampling cycle reached the GPU driver, else 0.",
         if snap.source_up { 1.0 } else { 0.0 },
     );
+    gauge(
+        out,
+        "source_hung",
+        "1 while a GPU call has not returned for several collect intervals, else 0.",
+        if snap.source_hung { 1.0 } else { 0.0 },
+    );
     if let Some((_, wall)) = snap.last_success {
         gauge(
             out,

@@ -279,8 +279,14 @@ impl GpuSource for NvmlSource {
     }
 
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError> {
+        let rediscovery = self.nvml.is_some();
         let nvml = self.init()?;
         self.xids = None;
+        if rediscovery {
+            // After a driver failure: drop NVML's state and initialise it again, so a
+            // reloaded driver is picked up.
+            raw::reinit(nvml)?;
+        }
         let driver_version = nvml.sys_driver_version().map_err(map_err)?;
         let nvml_version = nvml.sys_nvml_version().unwrap_or_default();
         let count = nvml.device_count().map_err(map_err)?;

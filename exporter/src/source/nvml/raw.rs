@@ -31,6 +31,21 @@ pub fn instance_ids(nvml: &Nvml, device: nvmlDevice_t) -> Result<(u32, u32), Rea
     Ok((gi, ci))
 }
 
+/// `nvmlShutdown` then `nvmlInit_v2` on the loaded library.
+pub fn reinit(nvml: &Nvml) -> Result<(), ReadError> {
+    let lib = nvml.lib();
+    let init = lib.nvmlInit_v2.as_ref().map_err(missing)?;
+    if let Ok(shutdown) = lib.nvmlShutdown.as_ref() {
+        // SAFETY: no handle of the previous initialisation is used after this point:
+        // the caller rediscovers every device. The result is ignored: a vanished driver
+        // may refuse to shut down.
+        let _ = unsafe { shutdown() };
+    }
+    // SAFETY: plain initialisation call with no arguments.
+    nvml_try(unsafe { init() })
+        .map_err(|e| ReadError::Unavailable(format!("NVML re-initialisation failed: {e}")))
+}
+
 /// A field value request: (field ID, scope ID).
 pub type FieldRequest = (u32, u32);
 
