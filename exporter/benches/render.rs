@@ -159,15 +159,21 @@ fn bench(c: &mut Criterion) {
                 black_box(buf.len())
             })
         });
-        g.bench_function("scrape-cached", |b| {
-            let _ = encode::device_families(&snap, Format::Text);
-            b.iter(|| {
-                black_box(
-                    encode::render(black_box(&snap), ScrapeStats::default(), Format::Text, true)
-                        .len(),
-                )
-            })
-        });
+        for (bench, gzip) in [("scrape-cached", false), ("scrape-cached-gzip", true)] {
+            g.bench_function(bench, |b| {
+                let _ = encode::render(&snap, ScrapeStats::default(), Format::Text, true, gzip);
+                b.iter(|| {
+                    let body = encode::render(
+                        black_box(&snap),
+                        ScrapeStats::default(),
+                        Format::Text,
+                        true,
+                        gzip,
+                    );
+                    black_box(body.len())
+                })
+            });
+        }
         g.bench_function("sample-cycle-simulated", |b| {
             b.iter(|| black_box(s.cycle().values.len()))
         });

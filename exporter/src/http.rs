@@ -1,7 +1,7 @@
 //! The HTTP side: `/metrics` renders the current snapshot, `/healthz` says the process
 //! is alive, `/readyz` says whether the GPU data is fresh, `/` links them.
 
-use crate::encode::{self, Format, ScrapeStats};
+use crate::encode::{self, Format, SCRAPE_BUCKETS, ScrapeStats};
 use crate::snapshot::Snapshot;
 use arc_swap::ArcSwap;
 use axum::Router;
@@ -22,6 +22,7 @@ pub struct AppState {
     pub openmetrics: bool,
     scrapes: AtomicU64,
     scrape_nanos: AtomicU64,
+    scrape_buckets: [AtomicU64; SCRAPE_BUCKETS.len()],
 }
 
 impl AppState {
@@ -32,7 +33,26 @@ impl AppState {
             openmetrics,
             scrapes: AtomicU64::new(0),
             scrape_nanos: AtomicU64::new(0),
+            scrape_buckets: Default::default(),
         }
+    }
+
+    fn scrape_stats(&self) -> ScrapeStats {
+        ScrapeStats {
+            buckets: std::array::from_fn(|i| self.scrape_buckets[i].load(Ordering::Relaxed)),
+            scrapes: self.scrapes.load(Ordering::Relaxed),
+            duration_seconds_sum: self.scrape_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
+    fn observe_scrape(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        if let Some(i) = SCRAPE_BUCKETS.iter().position(|b| seconds <= *b) {
+            self.scrape_buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.scrapes.fetch_add(1, Ordering::Relaxed);
+        self.scrape_nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn max_age(&self) -> Duration {
@@ -63,6 +83,25 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Whether `Accept-Encoding` allows gzip (`gzip` or `*`, with a non-zero quality).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+}
+
 fn wants_openmetrics(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
@@ -80,16 +119,11 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     };
     let snap = state.store.load_full();
     let fresh = started.saturating_duration_since(snap.taken) <= state.max_age();
-    let stats = ScrapeStats {
-        scrapes: state.scrapes.load(Ordering::Relaxed),
-        duration_seconds_sum: state.scrape_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-    };
-    let body = encode::render(&snap, stats, fmt, fresh);
-    state.scrapes.fetch_add(1, Ordering::Relaxed);
-    state
-        .scrape_nanos
-        .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    (
+    let stats = state.scrape_stats();
+    let gzip = accepts_gzip(&headers);
+    let body = encode::render(&snap, stats, fmt, fresh, gzip);
+    state.observe_scrape(started.elapsed());
+    let mut response = (
         [
             (
                 header::CONTENT_TYPE,
@@ -99,10 +133,20 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
             ),
+            (
+                header::VARY,
+                HeaderValue::from_static("Accept, Accept-Encoding"),
+            ),
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    if gzip {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
@@ -113,6 +157,27 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
             format!("not ready: {why}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepts(v: &str) -> bool {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(v).unwrap());
+        accepts_gzip(&h)
+    }
+
+    #[test]
+    fn gzip_is_used_only_when_accepted() {
+        assert!(accepts("gzip"));
+        assert!(accepts("identity, GZIP;q=0.5"));
+        assert!(accepts("*"));
+        assert!(!accepts("deflate, br"));
+        assert!(!accepts("gzip;q=0"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
     }
 }
 

@@ -112,7 +112,11 @@ pub fn run(cli: Cli) -> Result<()> {
         .spawn(move || sampler::run(sampler, sampler_store, stop_rx))
         .map_err(Error::Serve)?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Two workers: scrapes are cheap (a cached body), but one slow client must not hold
+    // up the others, and more threads would only cost memory.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("http")
         .enable_io()
         .enable_time()
         .build()

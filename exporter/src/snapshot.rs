@@ -67,6 +67,8 @@ pub struct Snapshot {
     pub build_labels: Arc<str>,
     /// The rendered device families, once per format (see `encode`).
     pub(crate) rendered: [OnceLock<Vec<u8>>; 2],
+    /// The same, gzip-compressed, once per format.
+    pub(crate) rendered_gzip: [OnceLock<Vec<u8>>; 2],
 }
 
 impl Snapshot {
@@ -89,6 +91,7 @@ impl Snapshot {
             process_metrics: false,
             build_labels,
             rendered: Default::default(),
+            rendered_gzip: Default::default(),
         }
     }
 

@@ -80,17 +80,24 @@ pub fn get_with(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     try_get(url, headers).unwrap_or_else(|e| panic!("GET {url}: {e}"))
 }
 
-/// A GET that reports transport errors instead of panicking.
-pub fn try_get(url: &str, headers: &[(&str, &str)]) -> Result<(u16, String), String> {
+/// A GET request that treats every status as an answer, with a 10 s limit.
+fn request(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(10)))
         .build()
         .into();
-    let mut req = agent.get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
+    headers
+        .iter()
+        .fold(agent.get(url), |req, (k, v)| req.header(*k, *v))
+}
+
+/// A GET that reports transport errors instead of panicking.
+pub fn try_get(url: &str, headers: &[(&str, &str)]) -> Result<(u16, String), String> {
+    let req = request(url, headers);
     let mut resp = req.call().map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
     let body = resp
@@ -98,6 +105,34 @@ pub fn try_get(url: &str, headers: &[(&str, &str)]) -> Result<(u16, String), Str
         .read_to_string()
         .map_err(|e| e.to_string())?;
     Ok((status, body))
+}
+
+/// A GET returning (status, raw body, Content-Encoding), for compressed responses.
+pub fn get_bytes_with(url: &str, headers: &[(&str, &str)]) -> (u16, Vec<u8>, Option<String>) {
+    let req = request(url, headers);
+    let mut resp = req.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let encoding = resp
+        .headers()
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    (resp.status().as_u16(), body, encoding)
+}
+
+/// Decompress a (possibly multi-member) gzip stream.
+pub fn gunzip(data: &[u8]) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    flate2::read::MultiGzDecoder::new(data)
+        .read_to_string(&mut s)
+        .expect("valid gzip");
+    s
 }
 
 /// A free loopback port (bound then released; the tiny race is acceptable in tests).

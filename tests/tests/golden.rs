@@ -4,7 +4,7 @@
 //! A second test checks the same output against values computed from the scenario, so
 //! the golden files cannot silently bless a wrong number.
 
-use e2e_tests::{Exporter, fixture, get_with, series_values};
+use e2e_tests::{Exporter, fixture, get_bytes_with, get_with, gunzip, series_values};
 use gpu_sim::{Scenario, SimNode};
 use std::time::UNIX_EPOCH;
 
@@ -13,15 +13,21 @@ const VOLATILE: &[&str] = &[
     "gpu_exporter_last_sample_timestamp_seconds ",
     "gpu_exporter_sample_duration_seconds ",
     "gpu_exporter_samples_total ",
+    "gpu_exporter_scrape_duration_seconds_bucket{",
     "gpu_exporter_scrape_duration_seconds_sum ",
     "gpu_exporter_scrape_duration_seconds_count ",
 ];
 
 fn normalise(body: &str) -> String {
     body.lines()
-        .map(|l| match VOLATILE.iter().find(|v| l.starts_with(*v)) {
-            Some(v) => format!("{v}<volatile>"),
-            None => l.to_string(),
+        .map(|l| {
+            match (
+                VOLATILE.iter().any(|v| l.starts_with(*v)),
+                l.rsplit_once(' '),
+            ) {
+                (true, Some((series, _))) => format!("{series} <volatile>"),
+                _ => l.to_string(),
+            }
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -83,6 +89,36 @@ fn metrics_match_the_golden_files_in_both_formats() {
     assert_eq!(status, 200);
     assert!(om.ends_with("# EOF\n"), "OpenMetrics must end with # EOF");
     check_golden("golden.openmetrics", &normalise(&om));
+}
+
+#[test]
+fn gzip_responses_carry_the_same_metrics_in_both_formats() {
+    let exporter = start();
+    let plain = normalise(&exporter.metrics_after_samples(3));
+    let (status, body, encoding) =
+        get_bytes_with(&exporter.url("/metrics"), &[("Accept-Encoding", "gzip")]);
+    assert_eq!((status, encoding.as_deref()), (200, Some("gzip")));
+    assert!(
+        body.len() * 5 < plain.len(),
+        "compressed {} vs {} bytes",
+        body.len(),
+        plain.len()
+    );
+    assert_eq!(normalise(&gunzip(&body)), plain);
+    let (_, om, encoding) = get_bytes_with(
+        &exporter.url("/metrics"),
+        &[
+            ("Accept-Encoding", "gzip, deflate"),
+            ("Accept", "application/openmetrics-text;version=1.0.0"),
+        ],
+    );
+    assert_eq!(encoding.as_deref(), Some("gzip"));
+    let om = gunzip(&om);
+    assert!(om.ends_with("# EOF\n"));
+    check_golden("golden.openmetrics", &normalise(&om));
+    // Without Accept-Encoding the body is plain.
+    let (_, _, encoding) = get_bytes_with(&exporter.url("/metrics"), &[]);
+    assert_eq!(encoding, None);
 }
 
 #[test]

@@ -38,9 +38,17 @@ impl Format {
 /// Prefix of every metric this exporter adds to dcgm-exporter's set.
 pub const PREFIX: &str = "gpu_exporter_";
 
-/// Counters about scrapes, kept by the HTTP layer.
+/// Upper bounds (seconds) of the scrape-duration histogram buckets, `+Inf` aside.
+pub const SCRAPE_BUCKETS: [f64; 10] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
+];
+
+/// Scrape durations, kept by the HTTP layer: a histogram with [`SCRAPE_BUCKETS`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ScrapeStats {
+    /// Scrapes per bucket (not cumulative): `buckets[i]` took at most `SCRAPE_BUCKETS[i]`
+    /// and more than the bucket before.
+    pub buckets: [u64; SCRAPE_BUCKETS.len()],
     pub scrapes: u64,
     pub duration_seconds_sum: f64,
 }
@@ -182,6 +190,24 @@ pub fn device_families(snap: &Snapshot, fmt: Format) -> &[u8] {
         render_device_families(snap, fmt, &mut out);
         out
     })
+}
+
+/// The device families gzip-compressed, once per snapshot and format. A response is
+/// this gzip member followed by a small per-scrape member: concatenated gzip members
+/// are one valid gzip stream (RFC 1952 §2.2), which Prometheus and curl read whole.
+pub fn device_families_gzip(snap: &Snapshot, fmt: Format) -> &[u8] {
+    snap.rendered_gzip[fmt.index()].get_or_init(|| gzip(device_families(snap, fmt)))
+}
+
+/// One gzip member of `data`, at the fast level: scrape bodies compress ~25x even so.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 8 + 64),
+        flate2::Compression::fast(),
+    );
+    // Writing into a Vec cannot fail.
+    let _ = enc.write_all(data);
+    enc.finish().unwrap_or_default()
 }
 
 /// Render the device families without caching (benchmarks use this directly).
@@ -396,9 +422,15 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
     write_help(
         out,
         &scrape,
-        "Time to answer /metrics, excluding this scrape.",
+        "Time to build the /metrics response, excluding this scrape.",
     );
-    let _ = writeln!(out, "# TYPE {scrape} summary");
+    let _ = writeln!(out, "# TYPE {scrape} histogram");
+    let mut cumulative = 0;
+    for (bound, n) in SCRAPE_BUCKETS.iter().zip(stats.buckets) {
+        cumulative += n;
+        let _ = writeln!(out, "{scrape}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{scrape}_bucket{{le=\"+Inf\"}} {}", stats.scrapes);
     let _ = writeln!(
         out,
         "{scrape}_sum {}",
@@ -408,19 +440,29 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
 }
 
 /// A whole scrape body. `include_devices` is false when the snapshot is too old to
-/// be trusted (a hung source), so stale readings are never served as current.
-pub fn render(snap: &Snapshot, stats: ScrapeStats, fmt: Format, include_devices: bool) -> Vec<u8> {
-    let devices: &[u8] = if include_devices {
-        device_families(snap, fmt)
-    } else {
-        &[]
-    };
-    let mut out = Vec::with_capacity(devices.len() + 2048);
-    out.extend_from_slice(devices);
-    self_metrics(snap, stats, fmt, &mut out);
+/// be trusted (a hung source), so stale readings are never served as current. With
+/// `gzip`, the body is gzip-compressed (the device part compressed once per snapshot).
+pub fn render(
+    snap: &Snapshot,
+    stats: ScrapeStats,
+    fmt: Format,
+    include_devices: bool,
+    gzip_body: bool,
+) -> Vec<u8> {
+    let mut tail = Vec::with_capacity(2048);
+    self_metrics(snap, stats, fmt, &mut tail);
     if fmt == Format::OpenMetrics {
-        out.extend_from_slice(b"# EOF\n");
+        tail.extend_from_slice(b"# EOF\n");
     }
+    let devices: &[u8] = match (include_devices, gzip_body) {
+        (false, _) => &[],
+        (true, false) => device_families(snap, fmt),
+        (true, true) => device_families_gzip(snap, fmt),
+    };
+    let tail = if gzip_body { gzip(&tail) } else { tail };
+    let mut out = Vec::with_capacity(devices.len() + tail.len());
+    out.extend_from_slice(devices);
+    out.extend_from_slice(&tail);
     out
 }
 

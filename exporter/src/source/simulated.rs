@@ -81,12 +81,6 @@ impl SimulatedSource {
 fn gpu_quantity(r: &GpuReading, q: Quantity) -> Result<Raw, ReadError> {
     use Quantity::*;
     let u = |v: u64| Ok(Raw::U64(v));
-    let gpm = |f: fn(&gpu_sim::GpmReading) -> f64| {
-        r.gpm
-            .as_ref()
-            .map(|g| Raw::F64(f(g)))
-            .ok_or(ReadError::NotSupported)
-    };
     match q {
         GpuUtil => r
             .gpu_util_percent
@@ -136,43 +130,38 @@ fn gpu_quantity(r: &GpuReading, q: Quantity) -> Result<Raw, ReadError> {
         NvlinkDataKib => u(r.nvlink_rx_kib + r.nvlink_tx_kib),
         // Bare-metal GPUs are not vGPU guests: unlicensed, as DCGM reports them.
         VgpuLicensed => u(0),
-        GpmGraphicsUtil => gpm(|g| g.graphics_util),
-        GpmSmUtil => gpm(|g| g.sm_util),
-        GpmSmOccupancy => gpm(|g| g.sm_occupancy),
-        GpmTensorUtil => gpm(|g| g.hmma_tensor_util),
-        GpmDramUtil => gpm(|g| g.dram_bw_util),
-        GpmFp64Util => gpm(|g| g.fp64_util),
-        GpmFp32Util => gpm(|g| g.fp32_util),
-        GpmFp16Util => gpm(|g| g.fp16_util),
-        GpmPcieTx => gpm(|g| g.pcie_tx_mib_s),
-        GpmPcieRx => gpm(|g| g.pcie_rx_mib_s),
+        _ => gpm_quantity(r.gpm.as_ref(), q),
     }
+}
+
+/// A GPM quantity from a GPU's or MIG instance's GPM reading; anything else, or no GPM,
+/// is not supported.
+fn gpm_quantity(g: Option<&gpu_sim::GpmReading>, q: Quantity) -> Result<Raw, ReadError> {
+    use Quantity::*;
+    let g = g.ok_or(ReadError::NotSupported)?;
+    Ok(Raw::F64(match q {
+        GpmGraphicsUtil => g.graphics_util,
+        GpmSmUtil => g.sm_util,
+        GpmSmOccupancy => g.sm_occupancy,
+        GpmTensorUtil => g.hmma_tensor_util,
+        GpmDramUtil => g.dram_bw_util,
+        GpmFp64Util => g.fp64_util,
+        GpmFp32Util => g.fp32_util,
+        GpmFp16Util => g.fp16_util,
+        GpmPcieTx => g.pcie_tx_mib_s,
+        GpmPcieRx => g.pcie_rx_mib_s,
+        _ => return Err(ReadError::NotSupported),
+    }))
 }
 
 fn mig_quantity(r: &MigReading, q: Quantity) -> Result<Raw, ReadError> {
     use Quantity::*;
-    let gpm = |f: fn(&gpu_sim::GpmReading) -> f64| {
-        r.gpm
-            .as_ref()
-            .map(|g| Raw::F64(f(g)))
-            .ok_or(ReadError::NotSupported)
-    };
     match q {
         FbFree => Ok(Raw::U64(r.memory.free)),
         FbUsed => Ok(Raw::U64(r.memory.used)),
         FbReserved => Ok(Raw::U64(r.memory.reserved)),
         FbTotal => Ok(Raw::U64(r.memory.total)),
-        GpmGraphicsUtil => gpm(|g| g.graphics_util),
-        GpmSmUtil => gpm(|g| g.sm_util),
-        GpmSmOccupancy => gpm(|g| g.sm_occupancy),
-        GpmTensorUtil => gpm(|g| g.hmma_tensor_util),
-        GpmDramUtil => gpm(|g| g.dram_bw_util),
-        GpmFp64Util => gpm(|g| g.fp64_util),
-        GpmFp32Util => gpm(|g| g.fp32_util),
-        GpmFp16Util => gpm(|g| g.fp16_util),
-        GpmPcieTx => gpm(|g| g.pcie_tx_mib_s),
-        GpmPcieRx => gpm(|g| g.pcie_rx_mib_s),
-        _ => Err(ReadError::NotSupported),
+        _ => gpm_quantity(r.gpm.as_ref(), q),
     }
 }
 

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The project's test command: install what the tests need when it is missing
+# (tests/setup.sh: Prometheus and promtool, wrk, binutils, nvidia-ml-py), then run
+# every test of the workspace: unit tests, the fake libnvidia-ml's ABI tests, and the
+# end-to-end tests against real Prometheus, promtool and nvidia-ml-py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tests/setup.sh
+cargo test --workspace --locked "$@"
