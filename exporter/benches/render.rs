@@ -92,10 +92,11 @@ fn naive_render(snap: &Snapshot, out: &mut Vec<u8>) {
         for e in &snap.entities {
             for p in &e.processes {
                 let v = if family.ends_with("bytes") {
-                    p.used_memory_bytes.unwrap_or(0)
+                    p.used_memory_bytes
                 } else {
-                    u64::from(p.sm_util_percent.unwrap_or(0))
+                    p.sm_util_percent.map(u64::from)
                 };
+                let Some(v) = v else { continue };
                 let _ = writeln!(
                     out,
                     "{family}{{{},pid=\"{}\",process_name=\"{}\"}} {v}",

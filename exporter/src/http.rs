@@ -160,6 +160,17 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+async fn index() -> Html<&'static str> {
+    Html(concat!(
+        "<!doctype html><html><head><title>gpu-exporter</title></head><body>",
+        "<h1>gpu-exporter</h1><ul>",
+        "<li><a href=\"/metrics\">/metrics</a>: GPU metrics</li>",
+        "<li><a href=\"/healthz\">/healthz</a>: the process is alive</li>",
+        "<li><a href=\"/readyz\">/readyz</a>: GPU data is fresh</li>",
+        "</ul></body></html>\n"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,15 +190,4 @@ mod tests {
         assert!(!accepts("gzip;q=0"));
         assert!(!accepts_gzip(&HeaderMap::new()));
     }
-}
-
-async fn index() -> Html<&'static str> {
-    Html(concat!(
-        "<!doctype html><html><head><title>gpu-exporter</title></head><body>",
-        "<h1>gpu-exporter</h1><ul>",
-        "<li><a href=\"/metrics\">/metrics</a>: GPU metrics</li>",
-        "<li><a href=\"/healthz\">/healthz</a>: the process is alive</li>",
-        "<li><a href=\"/readyz\">/readyz</a>: GPU data is fresh</li>",
-        "</ul></body></html>\n"
-    ))
 }

@@ -27,8 +27,8 @@ pub(crate) const UNKNOWN: Ret = nvmlReturn_enum_NVML_ERROR_UNKNOWN;
 pub(crate) type Outcome = Result<(), Ret>;
 
 /// Run the body of an exported function; a panic becomes `NVML_ERROR_UNKNOWN` instead of
-/// unwinding into C (which would abort the client). Under `panic = "abort"` (the release
-/// profile) a panic aborts instead.
+/// unwinding into C (which would abort the client). The workspace never builds with
+/// `panic = "abort"`, which would turn this into an abort.
 pub(crate) fn guard(body: impl FnOnce() -> Outcome) -> Ret {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => SUCCESS,

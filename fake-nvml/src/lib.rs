@@ -10,7 +10,7 @@
 //! Init/shutdown (reference-counted), error strings, driver/NVML/CUDA versions, process
 //! names, device enumeration (by index, UUID — `GPU-…` and `MIG-…` — and PCI bus ID),
 //! identity (name, UUID, serial, PCI info v1/v2/v3, brand, architecture, VBIOS, minor),
-//! memory (v1 and v2), utilisation, encoder/decoder, power, energy, power limits, GPU
+//! InfoROM versions, device attributes (MIG slices and memory), memory (v1 and v2), utilisation, encoder/decoder, power, energy, power limits, GPU
 //! temperature, clocks, clock-event (throttle) reasons, violation times, PCIe replays
 //! and throughput, ECC totals, retired pages, remapped rows, field values (ECC totals,
 //! retired pages, NVLink error totals and data throughput with `scopeId`, violation
@@ -44,8 +44,8 @@
 //! - Unknown handles are `INVALID_ARGUMENT`; calls before init are `UNINITIALIZED`;
 //!   a too-small string buffer is `INSUFFICIENT_SIZE`; a wrong struct version is
 //!   `ARGUMENT_VERSION_MISMATCH`.
-//! - A panic inside an export is caught and returned as `NVML_ERROR_UNKNOWN` (under
-//!   the workspace's `panic = "abort"` release profile it aborts instead).
+//! - A panic inside an export is caught and returned as `NVML_ERROR_UNKNOWN`; the
+//!   workspace keeps `panic = "unwind"` in every profile so this holds in release too.
 //!
 //! ## Events
 //! Each XID of the scenario is delivered once per event set (XID type, code, GI/CI IDs

@@ -103,6 +103,11 @@ fn mixed_node_with_mig_faults_and_xids_matches_the_simulation() {
 }
 
 #[test]
+fn plain_eight_gpu_node_matches_the_simulation() {
+    parity("builtin:default", "45");
+}
+
+#[test]
 fn big_mig_node_matches_the_simulation() {
     parity("builtin:big-node", "100");
 }
@@ -229,6 +234,35 @@ fn a_driver_outage_through_nvml_flips_readiness_and_recovers() {
     );
     wait_for("ready again", Duration::from_secs(20), || {
         (ready() == 200).then_some(())
+    });
+    assert_eq!(
+        series_values(&e.metrics(), "DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]),
+        vec![40.0]
+    );
+}
+
+#[test]
+fn a_hung_nvml_call_is_reported_and_the_exporter_recovers() {
+    let e = Exporter::start(
+        &[
+            "--nvml-lib",
+            fake_nvml().to_str().expect("utf-8"),
+            "-c",
+            "200",
+        ],
+        &[("GPU_SIM_SCENARIO", "tests/fixtures/driver-hang.toml")],
+    );
+    let ready = || get(&e.url("/readyz")).0;
+    wait_for("ready", Duration::from_secs(10), || {
+        (ready() == 200).then_some(())
+    });
+    wait_for("the source reported hung", Duration::from_secs(10), || {
+        let body = e.metrics();
+        (sample_value(&body, "gpu_exporter_source_hung")? == 1.0 && ready() == 503).then_some(())
+    });
+    wait_for("recovered", Duration::from_secs(20), || {
+        let body = e.metrics();
+        (sample_value(&body, "gpu_exporter_source_hung")? == 0.0 && ready() == 200).then_some(())
     });
     assert_eq!(
         series_values(&e.metrics(), "DCGM_FI_DEV_GPU_UTIL", &[("gpu", "0")]),
