@@ -6,4 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
+# The end-to-end tests run the built binaries: the exporter and the fake libnvidia-ml.
+cargo build --workspace --locked
 cargo test --workspace --locked "$@"

@@ -26,15 +26,19 @@ pub fn target_profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A built workspace binary; `cargo test --workspace` builds them before running tests.
+/// A built workspace artifact (binary or cdylib). `cargo build --workspace` puts it in
+/// `target/<profile>`; under plain `cargo test` a cdylib stays in `target/<profile>/deps`.
 pub fn binary(name: &str) -> PathBuf {
-    let p = target_profile_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is not built; run `cargo build --workspace` (or `cargo test --workspace`, which builds it) first",
-        p.display()
-    );
-    p
+    let dir = target_profile_dir();
+    [dir.join(name), dir.join("deps").join(name)]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is not built under {}; run `cargo build --workspace` first (tests/run.sh does)",
+                dir.display()
+            )
+        })
 }
 
 /// A path under `tests/fixtures`.

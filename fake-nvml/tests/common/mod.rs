@@ -15,12 +15,20 @@ use std::time::{Instant, SystemTime};
 /// the workspace's `target/debug`.
 pub fn lib_path() -> PathBuf {
     const NAME: &str = "libnvidia_ml.so";
-    if let Some(dir) = std::env::current_exe()
+    // `cargo build` puts the cdylib in target/<profile>; plain `cargo test` leaves it in
+    // target/<profile>/deps, beside this test binary.
+    if let Some(deps) = std::env::current_exe()
         .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
-        && dir.join(NAME).exists()
+        .and_then(|exe| Some(exe.parent()?.to_path_buf()))
     {
-        return dir.join(NAME);
+        for dir in [deps.parent().map(Path::to_path_buf), Some(deps)]
+            .into_iter()
+            .flatten()
+        {
+            if dir.join(NAME).exists() {
+                return dir.join(NAME);
+            }
+        }
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
