@@ -9,6 +9,7 @@
 //! [`catalog`] knows every servable field; [`counters`] turns a counters CSV into the
 //! plan of what to export.
 
+pub mod attribution;
 pub mod catalog;
 pub mod config;
 pub mod counters;
