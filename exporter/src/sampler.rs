@@ -117,6 +117,8 @@ pub struct Sampler {
     samples_total: u64,
     failures_total: u64,
     last_success: Option<(Instant, SystemTime)>,
+    /// The driver is not answering (logged once when it stops, once when it is back).
+    down: bool,
     backoff: Duration,
     next_discovery: Instant,
     scratch: Vec<Result<Raw, ReadError>>,
@@ -154,13 +156,10 @@ impl Sampler {
             samples_total: 0,
             failures_total: 0,
             last_success: None,
+            down: false,
             next_discovery: Instant::now(),
             scratch: Vec::new(),
         }
-    }
-
-    pub fn source_description(&self) -> String {
-        self.source.describe()
     }
 
     fn discover(&mut self) -> Result<(), ReadError> {
@@ -188,15 +187,17 @@ impl Sampler {
         Ok(())
     }
 
+    /// Forget the devices and retry discovery after a growing backoff. Logged once per
+    /// outage, not once per cycle.
     fn driver_down(&mut self, why: &str) {
-        if self.devices.is_some() || self.failures_total == 0 {
+        if !self.down {
             tracing::warn!(
                 error = why,
                 "GPU driver is not answering; retrying with backoff"
             );
+            self.down = true;
         }
         self.devices = None;
-        self.failures_total += 1;
         self.next_discovery = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
@@ -210,24 +211,23 @@ impl Sampler {
                 self.driver_down(&e.to_string());
             }
         }
-        let ok = match self.devices.is_some() {
-            true => self.read_all(),
-            false => Err(ReadError::Unavailable("no devices discovered".into())),
-        };
-        match ok {
-            Ok(()) => {
-                self.backoff = self.opts.interval;
-                self.last_success = Some((Instant::now(), SystemTime::now()));
-            }
-            Err(ReadError::Unavailable(why)) => {
-                if self.devices.is_some() {
-                    self.driver_down(&why);
-                } else if self.samples_total > 1 {
-                    // Already down and counted at discovery time; count the cycle.
-                    self.failures_total += u64::from(started < self.next_discovery);
+        let reached = self.devices.is_some()
+            && match self.read_all() {
+                Ok(()) => true,
+                Err(e) => {
+                    self.driver_down(&e.to_string());
+                    false
                 }
+            };
+        if reached {
+            if self.down {
+                tracing::info!("GPU driver answers again");
+                self.down = false;
             }
-            Err(_) => {}
+            self.backoff = self.opts.interval;
+            self.last_success = Some((Instant::now(), SystemTime::now()));
+        } else {
+            self.failures_total += 1;
         }
         self.snapshot(started)
     }
