@@ -11,6 +11,10 @@
 //! GPU_SIM_SCENARIO=builtin:big-node GPU_SIM_FROZEN_AT_S=100 \
 //!   cargo bench -p gpu-exporter --bench nvml_cycle
 //! ```
+//!
+//! On a machine with a real GPU, `NVML_BENCH_LIB=/path/to/libnvidia-ml.so.1` times the
+//! same cycles against the real driver instead (no simulated baseline: the node is
+//! whatever the machine has); `exporter/benches/real-gpu.sh` does this.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_exporter::counters::{self, ExportPlan};
@@ -37,7 +41,44 @@ fn sampler(source: Box<dyn GpuSource>, plan: &ExportPlan, processes: bool) -> Sa
     )
 }
 
+/// Cycles against a real driver: default counters, then every field with processes.
+fn bench_real(c: &mut Criterion, lib: PathBuf, all_fields: &str) {
+    for (name, csv, processes) in [
+        ("default-counters", counters::DEFAULT_COUNTERS, false),
+        ("all-fields+processes", all_fields, true),
+    ] {
+        let (plan, _) = counters::plan(csv, name).expect("plan");
+        let mut nvml = sampler(
+            Box::new(NvmlSource::new(Some(lib.clone()))),
+            &plan,
+            processes,
+        );
+        for _ in 0..2 {
+            let snap = nvml.cycle();
+            assert!(snap.source_up, "the real NVML source must come up");
+            println!(
+                "{name}: {} entities, {} values",
+                snap.entities.len(),
+                snap.values.iter().flatten().count()
+            );
+        }
+        let mut g = c.benchmark_group(format!("real-gpu-cycle/{name}"));
+        g.bench_function("nvml-real-driver", |b| {
+            b.iter(|| black_box(nvml.cycle().values.len()))
+        });
+        g.finish();
+    }
+}
+
 fn bench(c: &mut Criterion) {
+    let all_fields = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/all-fields.csv"
+    ))
+    .expect("all-fields.csv");
+    if let Some(lib) = std::env::var_os("NVML_BENCH_LIB") {
+        return bench_real(c, PathBuf::from(lib), &all_fields);
+    }
     assert_eq!(
         std::env::var("GPU_SIM_SCENARIO").as_deref(),
         Ok("builtin:big-node"),
@@ -51,11 +92,6 @@ fn bench(c: &mut Criterion) {
         lib.exists(),
         "build the fake first: cargo build --release -p fake-nvml"
     );
-    let all_fields = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/fixtures/all-fields.csv"
-    ))
-    .expect("all-fields.csv");
     let scenario = gpu_sim::Scenario::builtin("big-node").expect("scenario");
     for (name, csv, processes) in [
         ("default-counters", counters::DEFAULT_COUNTERS, false),
