@@ -338,18 +338,11 @@ fn process_family(
 
 /// The exporter's own metrics, rendered per scrape.
 pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut Vec<u8>) {
-    let gauge = |out: &mut Vec<u8>, name: &str, help: &str, v: f64| {
+    // One unlabelled sample of our own: `name` without the prefix.
+    let scalar = |out: &mut Vec<u8>, ty: MetricType, name: &str, help: &str, v: f64| {
         let name = format!("{PREFIX}{name}");
-        write_header(out, fmt, &name, MetricType::Gauge, help);
-        out.extend_from_slice(name.as_bytes());
-        out.push(b' ');
-        write_f64(out, v);
-        out.push(b'\n');
-    };
-    let counter = |out: &mut Vec<u8>, name: &str, help: &str, v: f64| {
-        let name = format!("{PREFIX}{name}");
-        write_header(out, fmt, &name, MetricType::Counter, help);
-        out.extend_from_slice(sample_name(fmt, &name, MetricType::Counter).as_bytes());
+        write_header(out, fmt, &name, ty, help);
+        out.extend_from_slice(sample_name(fmt, &name, ty).as_bytes());
         out.push(b' ');
         write_f64(out, v);
         out.push(b'\n');
@@ -364,40 +357,46 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
     );
     write_series_start(out, &info, &snap.build_labels, &[]);
     out.extend_from_slice(b"1\n");
-    gauge(
+    scalar(
         out,
+        MetricType::Gauge,
         "source_up",
         "1 if the last sampling cycle reached the GPU driver, else 0.",
         if snap.source_up { 1.0 } else { 0.0 },
     );
-    gauge(
+    scalar(
         out,
+        MetricType::Gauge,
         "source_hung",
         "1 while a GPU call has not returned for several collect intervals, else 0.",
         if snap.source_hung { 1.0 } else { 0.0 },
     );
     if let Some((_, wall)) = snap.last_success {
-        gauge(
+        scalar(
             out,
+            MetricType::Gauge,
             "last_sample_timestamp_seconds",
             "Unix time of the last sampling cycle that reached the GPU driver.",
             unix_seconds(wall),
         );
     }
-    gauge(
+    scalar(
         out,
+        MetricType::Gauge,
         "sample_duration_seconds",
         "Duration of the last sampling cycle.",
         snap.sample_duration.as_secs_f64(),
     );
-    counter(
+    scalar(
         out,
+        MetricType::Counter,
         "samples_total",
         "Sampling cycles run.",
         snap.samples_total as f64,
     );
-    counter(
+    scalar(
         out,
+        MetricType::Counter,
         "sample_failures_total",
         "Sampling cycles in which the GPU driver did not answer.",
         snap.sample_failures_total as f64,
