@@ -86,6 +86,53 @@ pub struct Cli {
     #[arg(long)]
     pub replace_blanks_in_model_name: bool,
 
+    /// Label GPU series with the pod, namespace and container they are allocated to, from
+    /// the kubelet's PodResources API.
+    #[arg(
+        short = 'k',
+        long,
+        env = "DCGM_EXPORTER_KUBERNETES",
+        hide_env_values = true
+    )]
+    pub kubernetes: bool,
+
+    /// The kubelet's PodResources socket.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )]
+    pub pod_resources_kubelet_socket: PathBuf,
+
+    /// How often to refresh allocations from the kubelet (background; never per scrape):
+    /// 2s, 500ms, or milliseconds.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub kubernetes_refresh_interval: Duration,
+
+    /// Extra kubelet resource names that are NVIDIA GPUs, comma-separated (nvidia.com/gpu,
+    /// nvidia.com/gpu.shared and nvidia.com/mig-* are always recognised).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub nvidia_resource_names: Vec<String>,
+
+    /// Pod labels copied onto GPU series, comma-separated; names are sanitised to
+    /// [a-zA-Z0-9_]. Needs NODE_NAME and API access; empty to copy none.
+    #[arg(
+        long,
+        value_name = "KEYS",
+        value_delimiter = ',',
+        default_value = "app,app.kubernetes.io/name,app.kubernetes.io/instance"
+    )]
+    pub kubernetes_pod_labels: Vec<String>,
+
+    /// kubeconfig for the pod watch; default: the in-cluster service account.
+    #[arg(long, env = "KUBECONFIG", hide_env_values = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Where to read /proc/<pid>/cgroup of GPU processes, to split shared GPUs per pod
+    /// (the host's /proc: run with hostPID).
+    #[arg(long, value_name = "PATH", default_value = "/proc")]
+    pub proc_root: PathBuf,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -106,5 +153,43 @@ impl Cli {
             Some(port) => format!("0.0.0.0:{port}"),
             None => self.address.clone(),
         }
+    }
+}
+
+/// A duration as `2s`, `500ms`, `1m`, or a bare number of milliseconds; at least 10 ms.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => t.split_at(i),
+        None => (t, "ms"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 2s, 500ms)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use ms, s or m)")),
+    };
+    if !(0.01..=3600.0).contains(&seconds) {
+        return Err(format!("{text:?} is outside 10ms..1h"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("2h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("1ms").unwrap_err().contains("outside"));
+        assert!(parse_duration("fast").is_err());
     }
 }

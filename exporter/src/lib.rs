@@ -83,6 +83,150 @@ pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
     Ok(plan)
 }
 
+/// Where pod attribution gets its inputs.
+#[derive(Debug, Clone)]
+pub struct KubernetesOptions {
+    pub socket: std::path::PathBuf,
+    pub refresh_interval: std::time::Duration,
+    pub extra_resources: Vec<String>,
+    pub pod_labels: Vec<String>,
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// This node's name, for the node-scoped pod watch; without it there is no watch.
+    pub node_name: Option<String>,
+    pub proc_root: std::path::PathBuf,
+}
+
+impl KubernetesOptions {
+    pub fn from_cli(cli: &Cli) -> KubernetesOptions {
+        KubernetesOptions {
+            socket: cli.pod_resources_kubelet_socket.clone(),
+            refresh_interval: cli.kubernetes_refresh_interval,
+            extra_resources: cli
+                .nvidia_resource_names
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            pod_labels: cli
+                .kubernetes_pod_labels
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            kubeconfig: cli.kubeconfig.clone(),
+            node_name: std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()),
+            proc_root: cli.proc_root.clone(),
+        }
+    }
+}
+
+/// Start the kubelet refresher and, with a node name, the pod watch on `runtime`, and
+/// return the sampler's handle on them.
+pub fn start_attribution(
+    opts: &KubernetesOptions,
+    runtime: &tokio::runtime::Handle,
+) -> attribution::Attributor {
+    use attribution::kubelet::{self, KubeletOptions, KubeletView};
+    use attribution::pods::{self, PodDirectory};
+    let kubelet_view = Arc::new(ArcSwap::from_pointee(KubeletView::default()));
+    let directory = Arc::new(ArcSwap::from_pointee(PodDirectory::default()));
+    runtime.spawn(kubelet::refresh(
+        KubeletOptions {
+            socket: opts.socket.clone(),
+            interval: opts.refresh_interval,
+            timeout: std::time::Duration::from_secs(10).min(opts.refresh_interval * 5),
+            extra_resources: opts.extra_resources.clone(),
+        },
+        kubelet_view.clone(),
+    ));
+    tracing::info!(socket = %opts.socket.display(), every = ?opts.refresh_interval, "pod attribution from the kubelet's PodResources API");
+    let pod_watch = opts.node_name.is_some();
+    match &opts.node_name {
+        Some(node) => {
+            let node = node.clone();
+            let kubeconfig = opts.kubeconfig.clone();
+            let allow = opts.pod_labels.clone();
+            let store = directory.clone();
+            runtime.spawn(async move {
+                match kube_client(kubeconfig.as_deref()).await {
+                    Ok(client) => {
+                        tracing::info!(node = %node, labels = ?allow, "watching this node's pods");
+                        pods::watch(client, node, allow, store).await;
+                    }
+                    Err(e) => tracing::error!(error = %e, "no Kubernetes API access: no pod labels, no per-pod split of shared GPUs"),
+                }
+            });
+        }
+        None => tracing::warn!(
+            "NODE_NAME is not set: no pod watch, so no pod labels and no per-pod split of shared GPUs (set it from the downward API: spec.nodeName)"
+        ),
+    }
+    attribution::Attributor::new(kubelet_view, directory, pod_watch, opts.proc_root.clone())
+}
+
+/// A Kubernetes client from `kubeconfig`, else the in-cluster configuration (or the
+/// usual kubeconfig search).
+async fn kube_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> std::result::Result<kube::Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| e.to_string())?,
+    };
+    let mut config = config;
+    // The watcher backs off and retries by itself; the client's own retries of 5xx
+    // answers would only hide an outage from `gpu_exporter_pod_watch_up` for minutes.
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+/// For `--simulate` with a scenario that has pods (and no `-k`): a simulated
+/// Kubernetes node serving them (fake kubelet, API server and /proc, from `kube-sim`)
+/// and the options that point attribution at it, so the demo shows pods through the
+/// same gRPC, watch and cgroup paths a real node uses.
+fn demo_kube_node(
+    path: &std::path::Path,
+    cli: &Cli,
+) -> Result<
+    Option<(
+        kube_sim::node::SimKubeNode,
+        tempfile::TempDir,
+        KubernetesOptions,
+    )>,
+> {
+    let scenario = gpu_sim::Scenario::load(path)?;
+    if scenario.pods.is_empty() {
+        return Ok(None);
+    }
+    let mut node = gpu_sim::SimNode::new(&scenario, SystemTime::now());
+    if let Some(t) = std::env::var("GPU_SIM_FROZEN_AT_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        node.freeze_at(t);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("gpu-exporter-demo-")
+        .tempdir()
+        .map_err(Error::Serve)?;
+    let node_name = node_name();
+    let sim = kube_sim::node::SimKubeNode::start(scenario, node, dir.path(), &node_name)
+        .map_err(Error::Serve)?;
+    tracing::info!(dir = %dir.path().display(), "simulated Kubernetes node for the scenario's pods");
+    let mut k8s = KubernetesOptions::from_cli(cli);
+    k8s.socket = sim.kubelet_socket().to_path_buf();
+    k8s.kubeconfig = Some(sim.kubeconfig_path().to_path_buf());
+    k8s.proc_root = sim.proc_root().to_path_buf();
+    k8s.node_name = Some(node_name);
+    Ok(Some((sim, dir, k8s)))
+}
+
 /// Run the exporter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<()> {
     let plan = Arc::new(load_plan(&cli)?);
@@ -101,20 +245,9 @@ pub fn run(cli: Cli) -> Result<()> {
         process_metrics: cli.process_metrics,
     };
     tracing::info!(source = %source.describe(), metrics = plan.metrics.len(), interval_ms = cli.collect_interval, "starting");
-    let store = Arc::new(ArcSwap::from_pointee(Snapshot::empty(
-        plan.clone(),
-        build_labels.clone(),
-    )));
-    let sampler = Sampler::new(source, plan, opts, build_labels);
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    let sampler_store = store.clone();
-    let sampler_thread = std::thread::Builder::new()
-        .name("sampler".into())
-        .spawn(move || sampler::run(sampler, sampler_store, stop_rx))
-        .map_err(Error::Serve)?;
-
-    // Two workers: scrapes are cheap (a cached body), but one slow client must not hold
-    // up the others, and more threads would only cost memory.
+    // Two workers: scrapes are cheap (a cached body) and the Kubernetes refreshers are
+    // mostly idle, but one slow client must not hold up the others; more threads would
+    // only cost memory.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("http")
@@ -122,6 +255,31 @@ pub fn run(cli: Cli) -> Result<()> {
         .enable_time()
         .build()
         .map_err(Error::Serve)?;
+    let store = Arc::new(ArcSwap::from_pointee(Snapshot::empty(
+        plan.clone(),
+        build_labels.clone(),
+    )));
+    let mut sampler = Sampler::new(source, plan, opts, build_labels);
+    // Held until exit: the demo's simulated Kubernetes node and its files.
+    let mut _demo_node = None;
+    if cli.kubernetes {
+        sampler = sampler.with_attribution(start_attribution(
+            &KubernetesOptions::from_cli(&cli),
+            runtime.handle(),
+        ));
+    } else if let Some(path) = &cli.simulate
+        && let Some((node, dir, k8s)) = demo_kube_node(path, &cli)?
+    {
+        sampler = sampler.with_attribution(start_attribution(&k8s, runtime.handle()));
+        _demo_node = Some((node, dir));
+    }
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let sampler_store = store.clone();
+    let sampler_thread = std::thread::Builder::new()
+        .name("sampler".into())
+        .spawn(move || sampler::run(sampler, sampler_store, stop_rx))
+        .map_err(Error::Serve)?;
+
     let state = Arc::new(http::AppState::new(store, cli.interval(), cli.openmetrics));
     let address = cli.bind_address();
     let served = runtime.block_on(async move {

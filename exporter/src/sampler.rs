@@ -8,10 +8,13 @@
 //! - When the driver as a whole stops answering, the sampler publishes an empty, "down"
 //!   snapshot and rediscovers with exponential backoff.
 
+use crate::attribution::Attributor;
+use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
 use crate::catalog::{Convert, Quantity, Scope};
 use crate::counters::{ExportPlan, MetricKind};
+use crate::snapshot::PodShare;
 use crate::snapshot::{EntitySnapshot, Snapshot, Value, XidStat};
-use crate::source::{GpuSource, Inventory, ProcessSample, Raw, ReadError};
+use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -55,44 +58,119 @@ fn push_label(out: &mut String, name: &str, value: &str) {
     out.push('"');
 }
 
-/// The label set of each entity in dcgm-exporter's order.
+/// Label names the exporter itself writes, which a pod label must not take.
+const RESERVED_LABELS: [&str; 16] = [
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+    "Hostname",
+    "hostname",
+    "container",
+    "namespace",
+    "pod",
+    "err_code",
+    "err_msg",
+    "pid",
+    "process_name",
+];
+
+/// The label set of one entity in dcgm-exporter's order, with a pod's labels when the
+/// series belongs to one: `gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE,
+/// GPU_I_ID,] hostname`, then label fields and allow-listed pod labels in one
+/// byte-sorted run, then `container, namespace, pod` (dcgm's attributes, byte-sorted).
+pub fn entity_label_string(
+    e: &EntityInfo,
+    plan: &ExportPlan,
+    opts: &SamplerOptions,
+    holder: Option<&Holder>,
+) -> Arc<str> {
+    let mut s = String::with_capacity(256);
+    push_label(&mut s, "gpu", itoa::Buffer::new().format(e.gpu_index));
+    push_label(&mut s, "UUID", &e.uuid);
+    push_label(&mut s, "pci_bus_id", &e.pci_bus_id);
+    push_label(&mut s, "device", &format!("nvidia{}", e.gpu_index));
+    let model = if opts.replace_blanks_in_model_name {
+        e.model_name.replace(' ', "-")
+    } else {
+        e.model_name.clone()
+    };
+    push_label(&mut s, "modelName", &model);
+    if let Some(m) = &e.mig {
+        push_label(&mut s, "GPU_I_PROFILE", &m.profile);
+        push_label(
+            &mut s,
+            "GPU_I_ID",
+            itoa::Buffer::new().format(m.gpu_instance_id),
+        );
+    }
+    if let Some((name, value)) = &opts.hostname {
+        push_label(&mut s, name, value);
+    }
+    // `plan.labels` is byte-sorted, as dcgm-exporter emits label fields; pod labels
+    // join that run in order.
+    let mut run: Vec<(&str, &str)> = plan
+        .labels
+        .iter()
+        .filter_map(|(name, field)| e.labels.get(field).map(|v| (*name, v.as_str())))
+        .collect();
+    if let Some(h) = holder {
+        for (k, v) in &h.pod_labels {
+            let taken =
+                RESERVED_LABELS.contains(&k.as_str()) || run.iter().any(|(n, _)| *n == k.as_str());
+            if !taken {
+                run.push((k, v));
+            }
+        }
+        run.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    for (name, value) in run {
+        push_label(&mut s, name, value);
+    }
+    if let Some(h) = holder {
+        if let Some(c) = &h.container {
+            push_label(&mut s, "container", c);
+        }
+        push_label(&mut s, "namespace", &h.namespace);
+        push_label(&mut s, "pod", &h.pod);
+    }
+    Arc::from(s)
+}
+
+/// The label set of each entity, without pods.
 fn entity_labels(inv: &Inventory, plan: &ExportPlan, opts: &SamplerOptions) -> Vec<Arc<str>> {
     inv.entities
         .iter()
-        .map(|e| {
-            let mut s = String::with_capacity(256);
-            push_label(&mut s, "gpu", &e.gpu_index.to_string());
-            push_label(&mut s, "UUID", &e.uuid);
-            push_label(&mut s, "pci_bus_id", &e.pci_bus_id);
-            push_label(&mut s, "device", &format!("nvidia{}", e.gpu_index));
-            let model = if opts.replace_blanks_in_model_name {
-                e.model_name.replace(' ', "-")
-            } else {
-                e.model_name.clone()
-            };
-            push_label(&mut s, "modelName", &model);
-            if let Some(m) = &e.mig {
-                push_label(&mut s, "GPU_I_PROFILE", &m.profile);
-                push_label(&mut s, "GPU_I_ID", &m.gpu_instance_id.to_string());
-            }
-            if let Some((name, value)) = &opts.hostname {
-                push_label(&mut s, name, value);
-            }
-            // `plan.labels` is byte-sorted, as dcgm-exporter emits label fields.
-            for (name, field) in &plan.labels {
-                if let Some(v) = e.labels.get(field) {
-                    push_label(&mut s, name, v);
-                }
-            }
-            Arc::from(s)
-        })
+        .map(|e| entity_label_string(e, plan, opts, None))
         .collect()
+}
+
+/// Which metrics are split per pod on a shared device, and how.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Split {
+    /// In proportion to the pods' processes' SM utilisation.
+    BySmShare,
+    /// Each pod's processes' own memory, MiB.
+    ByMemory,
 }
 
 /// Everything known about the devices between cycles.
 struct Devices {
     inventory: Inventory,
+    /// Which discovery this is (pod attribution caches per inventory).
+    generation: u64,
+    /// Each entity's labels without pods.
+    base_labels: Vec<Arc<str>>,
+    /// Each entity's series labels: with its pod when it is held whole by one.
     labels: Vec<Arc<str>>,
+    /// Who holds what, and the label sets that follow from it.
+    holdings: Option<Arc<Holdings>>,
+    /// Per entity, for a shared one: each holding pod's labels.
+    share_labels: Vec<Vec<Arc<str>>>,
+    allocation_labels: Vec<Arc<str>>,
     /// `unsupported[e][q]`: quantity q answered NOT_SUPPORTED on entity e.
     unsupported: Vec<[bool; Quantity::COUNT]>,
     lost: Vec<bool>,
@@ -103,6 +181,41 @@ struct Devices {
     /// This cycle's readings and processes per entity (allocations reused).
     readings: Vec<Vec<(Quantity, Raw)>>,
     processes: Vec<Vec<ProcessSample>>,
+    /// This cycle's process list of the entity was read.
+    processes_read: Vec<bool>,
+}
+
+/// Rebuild the label sets that depend on who holds what.
+fn relabel(d: &mut Devices, h: &Arc<Holdings>, plan: &ExportPlan, opts: &SamplerOptions) {
+    for (e, info) in d.inventory.entities.iter().enumerate() {
+        let (labels, shares) = match h.per_entity.get(e) {
+            Some(Holding::Exclusive(holder)) => (
+                entity_label_string(info, plan, opts, Some(holder)),
+                Vec::new(),
+            ),
+            Some(Holding::Shared(holders)) => (
+                d.base_labels[e].clone(),
+                holders
+                    .iter()
+                    .map(|holder| entity_label_string(info, plan, opts, Some(holder)))
+                    .collect(),
+            ),
+            Some(Holding::Free) | None => (d.base_labels[e].clone(), Vec::new()),
+        };
+        d.labels[e] = labels;
+        d.share_labels[e] = shares;
+    }
+    d.allocation_labels = h
+        .allocations
+        .iter()
+        .filter_map(|(e, holder)| {
+            d.inventory
+                .entities
+                .get(*e)
+                .map(|info| entity_label_string(info, plan, opts, Some(holder)))
+        })
+        .collect();
+    d.holdings = Some(h.clone());
 }
 
 pub struct Sampler {
@@ -122,6 +235,12 @@ pub struct Sampler {
     backoff: Duration,
     next_discovery: Instant,
     scratch: Vec<Result<Raw, ReadError>>,
+    attributor: Option<Attributor>,
+    /// Time this cycle spent attributing (holdings, labels, per-pod shares).
+    attribution_time: Duration,
+    discoveries: u64,
+    /// Metrics split per pod on shared devices: (metric index, how).
+    splits: Vec<(usize, Split)>,
 }
 
 impl Sampler {
@@ -144,6 +263,22 @@ impl Sampler {
             }
         }
         let field_errors = vec![0; plan.metrics.len()];
+        let splits = plan
+            .metrics
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| match m.kind {
+                MetricKind::Value {
+                    quantity: Quantity::GpuUtil,
+                    ..
+                } => Some((i, Split::BySmShare)),
+                MetricKind::Value {
+                    quantity: Quantity::FbUsed,
+                    ..
+                } => Some((i, Split::ByMemory)),
+                _ => None,
+            })
+            .collect();
         Sampler {
             source,
             plan,
@@ -159,7 +294,22 @@ impl Sampler {
             down: false,
             next_discovery: Instant::now(),
             scratch: Vec::new(),
+            attributor: None,
+            attribution_time: Duration::ZERO,
+            discoveries: 0,
+            splits,
         }
+    }
+
+    /// The pod attribution, if on.
+    pub fn attributor_mut(&mut self) -> Option<&mut Attributor> {
+        self.attributor.as_mut()
+    }
+
+    /// Attribute series to pods through `attributor` (`--kubernetes`).
+    pub fn with_attribution(mut self, attributor: Attributor) -> Sampler {
+        self.attributor = Some(attributor);
+        self
     }
 
     fn discover(&mut self) -> Result<(), ReadError> {
@@ -173,8 +323,15 @@ impl Sampler {
             mig_instances = inventory.entities.iter().filter(|e| e.mig.is_some()).count(),
             "discovered GPUs"
         );
+        self.discoveries += 1;
+        let labels = entity_labels(&inventory, &self.plan, &self.opts);
         self.devices = Some(Devices {
-            labels: entity_labels(&inventory, &self.plan, &self.opts),
+            generation: self.discoveries,
+            base_labels: labels.clone(),
+            labels,
+            holdings: None,
+            share_labels: vec![Vec::new(); n],
+            allocation_labels: Vec::new(),
             lost: inventory.entities.iter().map(|e| e.lost).collect(),
             inventory,
             unsupported: vec![[false; Quantity::COUNT]; n],
@@ -183,6 +340,7 @@ impl Sampler {
             previous: HashMap::new(),
             readings: vec![Vec::new(); n],
             processes: vec![Vec::new(); n],
+            processes_read: vec![false; n],
         });
         Ok(())
     }
@@ -206,6 +364,7 @@ impl Sampler {
     pub fn cycle(&mut self) -> Snapshot {
         let started = Instant::now();
         self.samples_total += 1;
+        self.attribution_time = Duration::ZERO;
         if self.devices.is_none() && started >= self.next_discovery {
             if let Err(e) = self.discover() {
                 self.driver_down(&e.to_string());
@@ -229,7 +388,11 @@ impl Sampler {
         } else {
             self.failures_total += 1;
         }
-        self.snapshot(started)
+        let mut snap = self.snapshot(started);
+        if let Some(a) = &self.attributor {
+            snap.attribution = Some(a.status(self.attribution_time.as_secs_f64()));
+        }
+        snap
     }
 
     fn read_all(&mut self) -> Result<(), ReadError> {
@@ -243,6 +406,7 @@ impl Sampler {
         for p in &mut d.processes {
             p.clear();
         }
+        d.processes_read.fill(false);
         let mut wanted: Vec<Quantity> = Vec::with_capacity(self.quantities.len());
         // A driver that vanished may answer every call with a generic error rather than
         // "not loaded"; a cycle where nothing at all succeeds is treated as that.
@@ -316,13 +480,31 @@ impl Sampler {
                 "every reading failed ({why})"
             )));
         }
-        if self.opts.process_metrics {
-            for e in 0..n {
+        let holdings = match self.attributor.as_mut() {
+            Some(a) => {
+                let t = Instant::now();
+                let (h, changed) = a.holdings(&d.inventory, d.generation);
+                if changed || d.holdings.is_none() {
+                    relabel(d, &h, &self.plan, &self.opts);
+                }
+                self.attribution_time += t.elapsed();
+                Some(h)
+            }
+            None => None,
+        };
+        for e in 0..n {
+            let shared = holdings
+                .as_ref()
+                .is_some_and(|h| matches!(h.per_entity.get(e), Some(Holding::Shared(_))));
+            if self.opts.process_metrics || shared {
                 if d.lost[e] {
                     continue;
                 }
                 match self.source.processes(e) {
-                    Ok(p) => d.processes[e] = p,
+                    Ok(p) => {
+                        d.processes[e] = p;
+                        d.processes_read[e] = true;
+                    }
                     Err(ReadError::Unavailable(why)) => return Err(ReadError::Unavailable(why)),
                     Err(_) => {}
                 }
@@ -398,17 +580,110 @@ impl Sampler {
                     };
                 }
             }
+            let shares = match (&mut self.attributor, d.holdings.as_deref()) {
+                (Some(a), Some(h)) if up && d.processes_read[e] => match h.per_entity.get(e) {
+                    Some(Holding::Shared(holders)) => {
+                        let t = Instant::now();
+                        let shares = split_entity(
+                            a,
+                            holders,
+                            &d.share_labels[e],
+                            &d.processes[e],
+                            &self.splits,
+                            &mut snap.values[e * metrics..(e + 1) * metrics],
+                        );
+                        self.attribution_time += t.elapsed();
+                        shares
+                    }
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            };
+            let processes = if self.opts.process_metrics {
+                std::mem::take(&mut d.processes[e])
+            } else {
+                Vec::new()
+            };
             snap.entities.push(EntitySnapshot {
                 labels: d.labels[e].clone(),
                 is_gpu: d.inventory.entities[e].mig.is_none(),
                 up,
                 last_xid: d.last_xid[e],
                 xids: d.xids[e].clone(),
-                processes: std::mem::take(&mut d.processes[e]),
+                processes,
+                shares,
             });
+        }
+        snap.allocations = d.allocation_labels.clone();
+        if let Some(a) = self.attributor.as_mut() {
+            a.end_cycle();
         }
         snap
     }
+}
+
+/// Split the split metrics of one shared entity between the pods holding it, from the
+/// processes on it: each process's pod comes from its cgroup and the pod directory;
+/// processes of no holding pod (other pods, system processes, unreadable cgroups) make
+/// up the remainder left on the entity's own series. `values` are the entity's values,
+/// one per plan metric; the split ones are replaced by their remainder.
+fn split_entity(
+    a: &mut Attributor,
+    holders: &[Holder],
+    labels: &[Arc<str>],
+    processes: &[ProcessSample],
+    splits: &[(usize, Split)],
+    values: &mut [Option<Value>],
+) -> Vec<PodShare> {
+    let pods = a.pods();
+    if !pods.synced {
+        // Without pod UIDs, no process can be placed: leave the device whole rather
+        // than report every pod at zero.
+        return Vec::new();
+    }
+    let mut sm = vec![0u64; holders.len()];
+    let mut mem = vec![0u64; holders.len()];
+    let mut sm_all = 0u64;
+    for p in processes {
+        let sm_p = u64::from(p.sm_util_percent.unwrap_or(0));
+        sm_all += sm_p;
+        let holder = a
+            .pod_of(p.pid)
+            .and_then(|pc| pods.by_uid.get(&pc.pod_uid))
+            .and_then(|(ns, name)| {
+                holders
+                    .iter()
+                    .position(|h| &*h.namespace == ns && &*h.pod == name)
+            });
+        if let Some(i) = holder {
+            sm[i] += sm_p;
+            mem[i] += p.used_memory_bytes.unwrap_or(0);
+        }
+    }
+    let mut shares: Vec<PodShare> = labels
+        .iter()
+        .map(|l| PodShare {
+            labels: l.clone(),
+            values: Vec::with_capacity(splits.len()),
+        })
+        .collect();
+    for &(m, how) in splits {
+        let Some(Some(Value::Int(total))) = values.get(m).copied() else {
+            continue;
+        };
+        let (parts, rest) = match how {
+            Split::BySmShare => split_proportional(total, &sm, sm_all),
+            Split::ByMemory => {
+                let mib: Vec<u64> = mem.iter().map(|b| b >> 20).collect();
+                split_owned(total, &mib)
+            }
+        };
+        for (share, v) in shares.iter_mut().zip(parts) {
+            share.values.push((m, Value::Int(v)));
+        }
+        values[m] = Some(Value::Int(rest));
+    }
+    shares
 }
 
 /// Convert a raw reading to dcgm's units. `previous` is the last raw value of this

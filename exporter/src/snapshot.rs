@@ -1,6 +1,7 @@
 //! The immutable result of one sampling cycle. The sampler publishes a new one
 //! atomically; scrapes only ever read one and never touch a GPU source.
 
+use crate::attribution::AttributionStatus;
 use crate::counters::ExportPlan;
 use crate::source::ProcessSample;
 use std::collections::BTreeMap;
@@ -37,6 +38,18 @@ pub struct EntitySnapshot {
     /// Per XID code.
     pub xids: BTreeMap<u64, XidStat>,
     pub processes: Vec<ProcessSample>,
+    /// Per-pod shares of a shared device: for the split metrics, these series come
+    /// first and the entity's own series carries what no pod's processes used.
+    pub shares: Vec<PodShare>,
+}
+
+/// One pod's part of a shared GPU or MIG instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodShare {
+    /// The entity's labels plus the pod's.
+    pub labels: Arc<str>,
+    /// (plan metric index, value) for the metrics split per pod.
+    pub values: Vec<(usize, Value)>,
 }
 
 /// Everything a scrape renders.
@@ -63,6 +76,10 @@ pub struct Snapshot {
     pub sample_failures_total: u64,
     /// Export per-process series.
     pub process_metrics: bool,
+    /// Label sets of `gpu_exporter_pod_gpu_allocation`: one per (device, container).
+    pub allocations: Vec<Arc<str>>,
+    /// Pod attribution inputs, when `--kubernetes` is on.
+    pub attribution: Option<AttributionStatus>,
     /// Version and source for `gpu_exporter_build_info`.
     pub build_labels: Arc<str>,
     /// The rendered device families, once per format (see `encode`).
@@ -89,6 +106,8 @@ impl Snapshot {
             samples_total: 0,
             sample_failures_total: 0,
             process_metrics: false,
+            allocations: Vec::new(),
+            attribution: None,
             build_labels,
             rendered: Default::default(),
             rendered_gzip: Default::default(),
@@ -105,6 +124,7 @@ impl Snapshot {
         s.samples_total = last.samples_total;
         s.sample_failures_total = last.sample_failures_total;
         s.process_metrics = last.process_metrics;
+        s.attribution = last.attribution.clone();
         s.source_hung = true;
         s
     }

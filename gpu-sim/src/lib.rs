@@ -11,6 +11,7 @@
 pub mod load;
 pub mod models;
 pub mod node;
+pub mod pods;
 pub mod scenario;
 
 pub use load::Load;
@@ -18,4 +19,5 @@ pub use node::{
     GpmReading, GpuReading, InforomObject, MemoryReading, MigReading, ProcessReading, SimClock,
     SimGpu, SimMig, SimNode, SimProcess, XidEvent,
 };
+pub use pods::{ClaimSpec, ContainerSpec, DeviceSpec, DeviceSpecError, IdForm, PodSpec};
 pub use scenario::{Capability, Fault, Scenario, ScenarioError, ViolationPolicy};

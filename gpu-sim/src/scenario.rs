@@ -25,6 +25,9 @@ pub struct Scenario {
     pub gpus: Vec<GpuSpec>,
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// Pods using the node's GPUs (served by `kube-sim`; ignored by NVML).
+    #[serde(default)]
+    pub pods: Vec<crate::pods::PodSpec>,
 }
 
 fn default_driver() -> String {
@@ -389,6 +392,22 @@ impl Scenario {
                 return Err(bad(format!(
                     "faults[{k}]: GPU {gpu} does not exist (the scenario has {n})"
                 )));
+            }
+        }
+        let node = crate::SimNode::new(self, std::time::SystemTime::UNIX_EPOCH);
+        let mut names = std::collections::BTreeSet::new();
+        for (k, pod) in self.pods.iter().enumerate() {
+            if !names.insert((pod.namespace.as_str(), pod.name.as_str())) {
+                return Err(bad(format!(
+                    "pods[{k}]: {}/{} is listed twice",
+                    pod.namespace, pod.name
+                )));
+            }
+            for (c, container) in pod.containers.iter().enumerate() {
+                for (d, device) in container.devices.iter().enumerate() {
+                    node.device_id(device)
+                        .map_err(|e| bad(format!("pods[{k}].containers[{c}].devices[{d}]: {e}")))?;
+                }
             }
         }
         Ok(())

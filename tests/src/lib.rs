@@ -74,6 +74,20 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
+/// Poll `f` until it returns `Some`, or give `None` after `timeout`.
+pub fn try_wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// An HTTP GET: (status, body). Never fails on 4xx/5xx; panics only on transport errors.
 pub fn get(url: &str) -> (u16, String) {
     get_with(url, &[])
@@ -511,4 +525,44 @@ pub fn assert_matches_scenario(body: &str, scenario: &gpu_sim::Scenario, t: f64)
 /// The fake libnvidia-ml built by this workspace.
 pub fn fake_nvml() -> PathBuf {
     binary("libnvidia_ml.so")
+}
+
+/// A simulated Kubernetes node for a scenario file: a fake kubelet on a unix socket, a
+/// fake API server with the scenario's pods, and a fake `/proc` with their processes'
+/// cgroups (see the `kube-sim` crate).
+pub struct KubeNode {
+    pub sim: kube_sim::node::SimKubeNode,
+}
+
+impl KubeNode {
+    /// Start the node for `scenario` (a path relative to the workspace), its pods
+    /// scheduled on `node_name`.
+    pub fn start(scenario: &str, node_name: &str) -> KubeNode {
+        let s = gpu_sim::Scenario::load(&workspace().join(scenario)).expect("scenario");
+        let node = gpu_sim::SimNode::new(&s, std::time::SystemTime::now());
+        let dir = scratch_dir("kube-node");
+        let sim = kube_sim::node::SimKubeNode::start(s, node, &dir, node_name)
+            .expect("start the simulated Kubernetes node");
+        KubeNode { sim }
+    }
+
+    pub fn socket(&self) -> &Path {
+        self.sim.kubelet_socket()
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        self.sim.kubeconfig_path()
+    }
+
+    pub fn proc_root(&self) -> &Path {
+        self.sim.proc_root()
+    }
+
+    pub fn kubelet(&self) -> &kube_sim::kubelet::FakeKubelet {
+        self.sim.kubelet()
+    }
+
+    pub fn api(&self) -> &kube_sim::apiserver::FakeApiServer {
+        self.sim.apiserver()
+    }
 }

@@ -1,20 +1,184 @@
-//! Pod attribution: which Kubernetes pod and container a GPU, a MIG instance or a GPU
-//! process belongs to, so that series can carry `pod`, `namespace` and `container`
-//! labels the way dcgm-exporter's do (and, unlike dcgm-exporter, for every device-ID
-//! form a device plugin produces).
+//! Pod attribution: which Kubernetes pod and container a GPU, a MIG instance or a share
+//! of a shared GPU belongs to, so that series carry `pod`, `namespace` and `container`
+//! labels as dcgm-exporter's do, for every device-ID form a device plugin produces.
 //!
-//! Two independent inputs meet here:
+//! Inputs, each refreshed in the background and never on the scrape path:
 //!
-//! - the kubelet's PodResources API lists, per container, the *device IDs* it was
-//!   allocated under a resource name; [`device_id`] turns such an ID into a typed
-//!   [`device_id::DeviceId`] (GPU UUID, MIG UUID, index, GKE name…, plus the sharing
-//!   replica) and says which resource names are GPUs;
-//! - per-process NVML data names PIDs; [`cgroup`] maps a PID to its pod UID and
-//!   container ID through `/proc/<pid>/cgroup`.
+//! - [`kubelet`]: the kubelet's PodResources API, polled over one long-lived channel,
+//!   gives each container's device IDs; [`device_id`] types them.
+//! - [`pods`]: a node-scoped, metadata-only pod watch gives pod UIDs and labels, and
+//!   tells which pods have finished.
+//! - [`cgroup`]: `/proc/<pid>/cgroup` names the pod of each GPU process, for splitting
+//!   a shared GPU's usage between the pods on it.
 //!
-//! Both are pure parsers with no Kubernetes client and no NVML calls. They are not yet
-//! wired into the sampler: issue 4 connects them to the PodResources client, the pod
-//! watch and the NVML lookups.
+//! [`Attributor`] is the sampler's view of them: per cycle it hands out the current
+//! [`assign::Holdings`] (recomputed only when an input changed) and maps process IDs to
+//! pods (cached while the process lives).
 
+pub mod assign;
 pub mod cgroup;
 pub mod device_id;
+pub mod kubelet;
+pub mod pods;
+
+use crate::source::Inventory;
+use arc_swap::ArcSwap;
+use assign::{Holdings, ResolveCache};
+use cgroup::PodContainer;
+use kubelet::KubeletView;
+use pods::PodDirectory;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The state of the attribution inputs, for the exporter's own metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttributionStatus {
+    pub kubelet_up: bool,
+    pub kubelet_failures_total: u64,
+    pub kubelet_list_duration_seconds: f64,
+    /// The pod watch is configured (an API server and a node name are known).
+    pub pod_watch: bool,
+    pub pod_watch_up: bool,
+    pub pod_watch_synced: bool,
+    /// Device IDs under GPU resources that name no device of this node.
+    pub unmapped_devices: usize,
+    /// Device IDs that match no known form.
+    pub unparsed_devices: usize,
+    /// Time the last cycle spent on attribution, seconds.
+    pub duration_seconds: f64,
+}
+
+/// The sampler's handle on the attribution inputs.
+pub struct Attributor {
+    kubelet: Arc<ArcSwap<KubeletView>>,
+    pods: Arc<ArcSwap<PodDirectory>>,
+    pod_watch: bool,
+    proc_root: PathBuf,
+    /// Resolved device references for the current inventory.
+    cache: Option<(u64, ResolveCache)>,
+    /// (inventory, kubelet, pods) generations the holdings were computed from.
+    computed_from: Option<(u64, u64, u64)>,
+    holdings: Arc<Holdings>,
+    /// The pod directory the holdings were computed from: shares use the same one, so
+    /// a cycle never mixes two views of the pods.
+    directory: Arc<PodDirectory>,
+    /// PID → its pod container (None: not in a pod, or unreadable), for live processes.
+    cgroups: HashMap<u32, Option<PodContainer>>,
+    seen: Vec<u32>,
+    unreadable_logged: bool,
+}
+
+impl Attributor {
+    pub fn new(
+        kubelet: Arc<ArcSwap<KubeletView>>,
+        pods: Arc<ArcSwap<PodDirectory>>,
+        pod_watch: bool,
+        proc_root: PathBuf,
+    ) -> Attributor {
+        Attributor {
+            kubelet,
+            pods,
+            pod_watch,
+            proc_root,
+            cache: None,
+            computed_from: None,
+            holdings: Arc::new(Holdings {
+                per_entity: Vec::new(),
+                allocations: Vec::new(),
+                unmapped: Vec::new(),
+            }),
+            directory: Arc::new(PodDirectory::default()),
+            cgroups: HashMap::new(),
+            seen: Vec::new(),
+            unreadable_logged: false,
+        }
+    }
+
+    /// The holdings for `inv` (discovery number `inventory_generation`), and whether
+    /// they changed since the last call.
+    pub fn holdings(
+        &mut self,
+        inv: &Inventory,
+        inventory_generation: u64,
+    ) -> (Arc<Holdings>, bool) {
+        let kubelet = self.kubelet.load();
+        let pods = self.pods.load_full();
+        let key = (inventory_generation, kubelet.generation, pods.generation);
+        if self.computed_from == Some(key) {
+            return (self.holdings.clone(), false);
+        }
+        let cache = match &mut self.cache {
+            Some((g, c)) if *g == inventory_generation => c,
+            slot => {
+                &mut slot
+                    .insert((inventory_generation, ResolveCache::new(inv)))
+                    .1
+            }
+        };
+        let h = Holdings::resolve(inv, &kubelet.allocations, &pods, cache);
+        let changed = *self.holdings != h;
+        self.holdings = Arc::new(h);
+        self.directory = pods.clone();
+        self.computed_from = Some(key);
+        (self.holdings.clone(), changed)
+    }
+
+    /// The pod directory of the current holdings.
+    pub fn pods(&self) -> Arc<PodDirectory> {
+        self.directory.clone()
+    }
+
+    /// The pod container of process `pid`, read once per process lifetime.
+    pub fn pod_of(&mut self, pid: u32) -> Option<&PodContainer> {
+        self.seen.push(pid);
+        let root = &self.proc_root;
+        let logged = &mut self.unreadable_logged;
+        self.cgroups
+            .entry(pid)
+            .or_insert_with(|| match cgroup::read_pod_container(root, pid) {
+                Ok(pc) => pc,
+                Err(e) => {
+                    if !*logged {
+                        tracing::warn!(pid, proc_root = %root.display(), error = %e, "cannot read a GPU process's cgroup (is hostPID set?); its usage stays unattributed");
+                        *logged = true;
+                    }
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// Forget processes not looked up since the last call (they have exited), so a
+    /// reused PID is read afresh.
+    pub fn end_cycle(&mut self) {
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.sort_unstable();
+        self.cgroups
+            .retain(|pid, _| seen.binary_search(pid).is_ok());
+        seen.clear();
+        self.seen = seen;
+    }
+
+    /// Forget every process's pod, as if all had exited (benchmarks of the cold path).
+    pub fn forget_processes(&mut self) {
+        self.cgroups.clear();
+    }
+
+    /// The inputs' state, for self-metrics.
+    pub fn status(&self, duration_seconds: f64) -> AttributionStatus {
+        let k = self.kubelet.load();
+        let p = self.pods.load();
+        AttributionStatus {
+            kubelet_up: k.up,
+            kubelet_failures_total: k.failures_total,
+            kubelet_list_duration_seconds: k.last_list_duration.as_secs_f64(),
+            pod_watch: self.pod_watch,
+            pod_watch_up: p.up,
+            pod_watch_synced: p.synced,
+            unmapped_devices: self.holdings.unmapped.len(),
+            unparsed_devices: k.unparsed.len(),
+            duration_seconds,
+        }
+    }
+}

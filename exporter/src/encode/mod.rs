@@ -221,6 +221,15 @@ pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
         let name = sample_name(fmt, field.name, field.metric_type);
         for (e, entity) in snap.entities.iter().enumerate() {
             let Some(v) = snap.value(e, m) else { continue };
+            // A shared device's pods first; the entity's own series then carries the
+            // remainder, so the series of one device sum to its value.
+            for share in &entity.shares {
+                if let Some((_, pv)) = share.values.iter().find(|(i, _)| *i == m) {
+                    write_series_start(out, &name, &share.labels, &[]);
+                    write_value(out, *pv);
+                    out.push(b'\n');
+                }
+            }
             match (field.kind, entity.last_xid) {
                 (MetricKind::LastXid, Some(code)) if code != 0 => {
                     let code_text = code.to_string();
@@ -251,6 +260,21 @@ pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
         write_series_start(out, &up, &e.labels, &[]);
         out.push(if e.up { b'1' } else { b'0' });
         out.push(b'\n');
+    }
+
+    if !snap.allocations.is_empty() {
+        let name = format!("{PREFIX}pod_gpu_allocation");
+        write_header(
+            out,
+            fmt,
+            &name,
+            MetricType::Gauge,
+            "1 for each GPU or MIG instance allocated to a container, with the device's and the pod's labels; join on UUID and GPU_I_ID to attribute any series.",
+        );
+        for labels in &snap.allocations {
+            write_series_start(out, &name, labels, &[]);
+            out.extend_from_slice(b"1\n");
+        }
     }
 
     if snap.entities.iter().any(|e| !e.xids.is_empty()) {
@@ -401,6 +425,53 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
         "Sampling cycles in which the GPU driver did not answer.",
         snap.sample_failures_total as f64,
     );
+    if let Some(a) = &snap.attribution {
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        scalar(
+            out,
+            MetricType::Gauge,
+            "kubelet_up",
+            "1 if the last kubelet PodResources list succeeded, else 0 (series then carry no pod labels).",
+            flag(a.kubelet_up),
+        );
+        scalar(
+            out,
+            MetricType::Counter,
+            "kubelet_list_failures_total",
+            "kubelet PodResources lists that failed or timed out.",
+            a.kubelet_failures_total as f64,
+        );
+        scalar(
+            out,
+            MetricType::Gauge,
+            "kubelet_list_duration_seconds",
+            "Duration of the last kubelet PodResources list.",
+            a.kubelet_list_duration_seconds,
+        );
+        if a.pod_watch {
+            scalar(
+                out,
+                MetricType::Gauge,
+                "pod_watch_up",
+                "1 while the API server's pod watch for this node is connected and synced, else 0 (the last known pods stay in use).",
+                flag(a.pod_watch_up && a.pod_watch_synced),
+            );
+        }
+        scalar(
+            out,
+            MetricType::Gauge,
+            "pod_devices_unmapped",
+            "kubelet GPU device IDs that name no device of this node, or match no known form.",
+            (a.unmapped_devices + a.unparsed_devices) as f64,
+        );
+        scalar(
+            out,
+            MetricType::Gauge,
+            "attribution_duration_seconds",
+            "Time the last sampling cycle spent attributing devices and shares to pods.",
+            a.duration_seconds,
+        );
+    }
     if !snap.field_errors.is_empty() {
         let name = format!("{PREFIX}field_errors_total");
         write_header(

@@ -76,6 +76,10 @@ pub struct MigInfo {
     pub parent: usize,
     pub gpu_instance_id: u32,
     pub compute_instance_id: u32,
+    /// Position in the parent's MIG device enumeration
+    /// (`nvmlDeviceGetMigDeviceHandleByIndex`), which the device plugin's `index`
+    /// strategy names as `<gpu>:<slot>`.
+    pub slot: u32,
     /// Profile name, e.g. `3g.40gb`.
     pub profile: String,
     pub mig_uuid: String,

@@ -237,6 +237,7 @@ impl GpuSource for SimulatedSource {
                         parent: s.gpu as usize,
                         gpu_instance_id: mig.gpu_instance_id,
                         compute_instance_id: mig.compute_instance_id,
+                        slot: m as u32,
                         profile: mig.profile.name.to_string(),
                         mig_uuid: mig.uuid.clone(),
                     }

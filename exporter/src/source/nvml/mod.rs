@@ -389,6 +389,7 @@ impl GpuSource for NvmlSource {
                                 parent: gpu_entity,
                                 gpu_instance_id: gi,
                                 compute_instance_id: ci,
+                                slot: j,
                                 profile,
                                 mig_uuid: mig.uuid().unwrap_or_default(),
                             }),

@@ -1,0 +1,557 @@
+//! Who holds each GPU and MIG instance, and each pod's share of a shared one.
+//!
+//! [`Holdings::resolve`] matches the kubelet's allocations against the inventory; it
+//! runs only when the allocations, the pods or the inventory change. [`split`] divides
+//! one device value between the pods sharing it, every cycle, from their processes.
+
+use super::device_id::{DeviceRef, GpuUuid, MigUuid};
+use super::kubelet::{AllocatedDevice, Allocation, DraDevice};
+use super::pods::PodDirectory;
+use crate::source::{EntityInfo, Inventory};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A container holding a device, with what labels it brings.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    pub namespace: Arc<str>,
+    pub pod: Arc<str>,
+    /// None when several containers of the pod share the device: the pod's share is
+    /// then not one container's.
+    pub container: Option<Arc<str>>,
+    /// Allow-listed pod labels (sanitised name, value), sorted.
+    pub pod_labels: Vec<(String, String)>,
+}
+
+/// How an entity is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holding {
+    /// Allocated to no container.
+    Free,
+    /// Allocated whole to one container: every series of the entity is that container's.
+    Exclusive(Holder),
+    /// Shared (several containers, or a sharing replica or resource): device-wide
+    /// values stay unlabelled, and usage is split per pod from processes.
+    Shared(Vec<Holder>),
+}
+
+/// The result of matching allocations to entities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holdings {
+    /// One per inventory entity.
+    pub per_entity: Vec<Holding>,
+    /// Every (entity, container) allocation, for the joinable allocation series.
+    pub allocations: Vec<(usize, Holder)>,
+    /// Allocations whose device is not on this node's inventory.
+    pub unmapped: Vec<String>,
+}
+
+/// Lookup tables from every way a kubelet names a device to an inventory entity.
+#[derive(Debug, Default)]
+pub struct DeviceIndex {
+    gpu_by_uuid: HashMap<GpuUuid, usize>,
+    gpu_by_index: HashMap<u32, usize>,
+    mig_by_uuid: HashMap<MigUuid, usize>,
+    /// (GPU index, GPU instance ID) → entity.
+    mig_by_gi: HashMap<(u32, u32), usize>,
+    /// (GPU index, GPU instance ID, compute instance ID) → entity.
+    mig_by_gi_ci: HashMap<(u32, u32, u32), usize>,
+    /// (GPU index, MIG slot) → entity.
+    mig_by_slot: HashMap<(u32, u32), usize>,
+}
+
+impl DeviceIndex {
+    /// Index an inventory. MIG UUIDs are resolved here once per discovery, from the
+    /// enumeration NVML already did, so no per-ID NVML lookup is ever made.
+    pub fn new(inv: &Inventory) -> DeviceIndex {
+        let mut ix = DeviceIndex::default();
+        for (e, ent) in inv.entities.iter().enumerate() {
+            match &ent.mig {
+                None => {
+                    if let Ok(u) = ent.uuid.parse::<GpuUuid>() {
+                        ix.gpu_by_uuid.insert(u, e);
+                    }
+                    ix.gpu_by_index.insert(ent.gpu_index, e);
+                }
+                Some(m) => {
+                    if let Ok(u) = m.mig_uuid.parse::<MigUuid>() {
+                        ix.mig_by_uuid.insert(u, e);
+                    }
+                    ix.mig_by_gi.insert((ent.gpu_index, m.gpu_instance_id), e);
+                    ix.mig_by_gi_ci
+                        .insert((ent.gpu_index, m.gpu_instance_id, m.compute_instance_id), e);
+                    ix.mig_by_slot.insert((ent.gpu_index, m.slot), e);
+                }
+            }
+        }
+        ix
+    }
+
+    /// The entity a device-plugin reference names, if it is on this node.
+    pub fn lookup(&self, r: &DeviceRef, entities: &[EntityInfo]) -> Option<usize> {
+        match *r {
+            DeviceRef::GpuUuid(u) => self.gpu_by_uuid.get(&u).copied(),
+            DeviceRef::MigUuid(u) => self.mig_by_uuid.get(&u).copied(),
+            DeviceRef::LegacyMig {
+                parent,
+                gpu_instance,
+                compute_instance,
+            } => {
+                let gpu = self.gpu_by_uuid.get(&parent)?;
+                let index = entities.get(*gpu)?.gpu_index;
+                self.mig_by_gi_ci
+                    .get(&(index, gpu_instance, compute_instance))
+                    .copied()
+            }
+            DeviceRef::Index(i) | DeviceRef::GkeGpu { index: i } => {
+                self.gpu_by_index.get(&i).copied()
+            }
+            DeviceRef::MigIndex { parent, slot } => self.mig_by_slot.get(&(parent, slot)).copied(),
+            DeviceRef::GkeMig {
+                index,
+                gpu_instance,
+            } => self.mig_by_gi.get(&(index, gpu_instance)).copied(),
+        }
+    }
+
+    /// The entity a DRA device names: a GPU or MIG UUID in one of its CDI device names
+    /// (`vendor/class=<name>`), else NVIDIA's DRA driver's `gpu-<index>` device name.
+    pub fn lookup_dra(&self, d: &DraDevice, entities: &[EntityInfo]) -> Option<usize> {
+        for cdi in &d.cdi_devices {
+            let name = cdi.rsplit_once('=').map_or(cdi.as_str(), |(_, n)| n);
+            if let Ok(id) = name.parse::<super::device_id::DeviceId>()
+                && let Some(e) = self.lookup(&id.device, entities)
+                && matches!(id.device, DeviceRef::GpuUuid(_) | DeviceRef::MigUuid(_))
+            {
+                return Some(e);
+            }
+        }
+        let index: u32 = d.device.strip_prefix("gpu-")?.parse().ok()?;
+        self.gpu_by_index.get(&index).copied()
+    }
+}
+
+/// A device reference as the cache keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum CacheKey {
+    Plugin(DeviceRef),
+    Dra(String, String, Vec<String>),
+}
+
+/// Resolved references for one inventory, failures included, so a device ID the node
+/// does not have is looked up (and logged) once, not every refresh.
+#[derive(Debug, Default)]
+pub struct ResolveCache {
+    index: DeviceIndex,
+    resolved: HashMap<CacheKey, Option<usize>>,
+}
+
+impl ResolveCache {
+    pub fn new(inv: &Inventory) -> ResolveCache {
+        ResolveCache {
+            index: DeviceIndex::new(inv),
+            resolved: HashMap::new(),
+        }
+    }
+
+    fn resolve(&mut self, dev: &AllocatedDevice, inv: &Inventory) -> (Option<usize>, bool) {
+        let key = match dev {
+            AllocatedDevice::Plugin(id) => CacheKey::Plugin(id.device),
+            AllocatedDevice::Dra(d) => {
+                CacheKey::Dra(d.pool.clone(), d.device.clone(), d.cdi_devices.clone())
+            }
+        };
+        if let Some(hit) = self.resolved.get(&key) {
+            return (*hit, false);
+        }
+        let found = match dev {
+            AllocatedDevice::Plugin(id) => self.index.lookup(&id.device, &inv.entities),
+            AllocatedDevice::Dra(d) => self.index.lookup_dra(d, &inv.entities),
+        };
+        self.resolved.insert(key, found);
+        (found, true)
+    }
+}
+
+impl Holdings {
+    /// Match `allocations` to the inventory. Pods the watch saw finish are left out.
+    pub fn resolve(
+        inv: &Inventory,
+        allocations: &[Allocation],
+        pods: &PodDirectory,
+        cache: &mut ResolveCache,
+    ) -> Holdings {
+        let n = inv.entities.len();
+        // entity → (namespace, pod, container) → whether any of its IDs marks sharing
+        type Key = (Arc<str>, Arc<str>, Arc<str>);
+        type PodKey = (Arc<str>, Arc<str>);
+        let mut holders: Vec<BTreeMap<Key, bool>> = vec![BTreeMap::new(); n];
+        let mut unmapped = Vec::new();
+        for a in allocations {
+            if !pods.may_label(&a.namespace, &a.pod) {
+                continue;
+            }
+            let (entity, first_time) = cache.resolve(&a.device, inv);
+            let Some(e) = entity else {
+                let what = match &a.device {
+                    AllocatedDevice::Plugin(id) => id.to_string(),
+                    AllocatedDevice::Dra(d) => format!("DRA {}/{}", d.pool, d.device),
+                };
+                if first_time {
+                    tracing::warn!(resource = %a.resource, device = %what, pod = %a.pod, namespace = %a.namespace, "kubelet device is not a GPU on this node; its pod gets no GPU labels");
+                }
+                unmapped.push(what);
+                continue;
+            };
+            let sharing = a.shared_resource
+                || matches!(&a.device, AllocatedDevice::Plugin(id) if id.replica.is_some());
+            let slot = holders[e]
+                .entry((a.namespace.clone(), a.pod.clone(), a.container.clone()))
+                .or_insert(false);
+            *slot |= sharing;
+        }
+        unmapped.sort();
+        unmapped.dedup();
+        let labels_of = |ns: &str, pod: &str| {
+            pods.pods
+                .get(&(ns.to_string(), pod.to_string()))
+                .map(|p| p.labels.clone())
+                .unwrap_or_default()
+        };
+        let mut per_entity = Vec::with_capacity(n);
+        let mut allocations_out = Vec::new();
+        for (e, hs) in holders.iter().enumerate() {
+            for (ns, pod, container) in hs.keys() {
+                allocations_out.push((
+                    e,
+                    Holder {
+                        namespace: ns.clone(),
+                        pod: pod.clone(),
+                        container: Some(container.clone()),
+                        pod_labels: labels_of(ns, pod),
+                    },
+                ));
+            }
+            let shared = hs.len() > 1 || hs.values().any(|s| *s);
+            per_entity.push(match (hs.len(), shared) {
+                (0, _) => Holding::Free,
+                (_, false) => {
+                    // One container, not shared: proven by len() == 1 above.
+                    let (ns, pod, container) = hs.keys().next().cloned().unwrap_or_else(|| {
+                        unreachable!("an entity with one holder has a first key")
+                    });
+                    Holding::Exclusive(Holder {
+                        pod_labels: labels_of(&ns, &pod),
+                        namespace: ns,
+                        pod,
+                        container: Some(container),
+                    })
+                }
+                (_, true) => {
+                    // One share per pod; the container is named when only one holds it.
+                    let mut by_pod: BTreeMap<PodKey, Vec<Arc<str>>> = BTreeMap::new();
+                    for (ns, pod, c) in hs.keys() {
+                        by_pod
+                            .entry((ns.clone(), pod.clone()))
+                            .or_default()
+                            .push(c.clone());
+                    }
+                    Holding::Shared(
+                        by_pod
+                            .into_iter()
+                            .map(|((ns, pod), cs)| Holder {
+                                pod_labels: labels_of(&ns, &pod),
+                                container: (cs.len() == 1).then(|| cs[0].clone()),
+                                namespace: ns,
+                                pod,
+                            })
+                            .collect(),
+                    )
+                }
+            });
+        }
+        Holdings {
+            per_entity,
+            allocations: allocations_out,
+            unmapped,
+        }
+    }
+}
+
+/// Split an integer device value `total` into per-pod shares, in proportion to
+/// `weights` (one per pod) out of `all_weight` (pods plus everything else on the
+/// device). Largest-remainder rounding: the shares and the returned remainder (the
+/// part of no pod) sum to `total` exactly. With no weight at all, everything is
+/// remainder.
+pub fn split_proportional(total: i64, weights: &[u64], all_weight: u64) -> (Vec<i64>, i64) {
+    let all = all_weight.max(weights.iter().sum());
+    if all == 0 || total <= 0 {
+        return (vec![0; weights.len()], total);
+    }
+    let t = total as u128;
+    let mut shares: Vec<i64> = Vec::with_capacity(weights.len());
+    let mut fractions: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    for (i, w) in weights.iter().enumerate() {
+        let exact = t * u128::from(*w);
+        shares.push((exact / u128::from(all)) as i64);
+        fractions.push((exact % u128::from(all), i));
+    }
+    // What the pods' weights are owed in total, rounded to nearest.
+    let pod_weight: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+    let owed = ((t * pod_weight * 2 + u128::from(all)) / (2 * u128::from(all))) as i64;
+    let mut left = owed - shares.iter().sum::<i64>();
+    fractions.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in fractions {
+        if left <= 0 {
+            break;
+        }
+        shares[i] += 1;
+        left -= 1;
+    }
+    let remainder = total - shares.iter().sum::<i64>();
+    (shares, remainder)
+}
+
+/// Split an integer device value between pods that each report their own amount
+/// (memory, MiB): each pod keeps its own, scaled down proportionally if the pods
+/// together report more than the device; the remainder is the rest.
+pub fn split_owned(total: i64, owned: &[u64]) -> (Vec<i64>, i64) {
+    let sum: u64 = owned.iter().sum();
+    if total <= 0 {
+        return (vec![0; owned.len()], total);
+    }
+    if sum <= total as u64 {
+        let shares: Vec<i64> = owned.iter().map(|v| *v as i64).collect();
+        let remainder = total - shares.iter().sum::<i64>();
+        return (shares, remainder);
+    }
+    split_proportional(total, owned, sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    use crate::attribution::device_id::DeviceId;
+    use crate::attribution::pods::PodInfo;
+    use crate::source::{EntityInfo, MigInfo};
+
+    const G0: &str = "GPU-11111111-2222-3333-4444-555555555555";
+    const G1: &str = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+    const M1: &str = "MIG-99999999-8888-7777-6666-555555555555";
+
+    /// GPU 0 whole; GPU 1 in MIG mode with GI 3 (slot 0, CI 0) and GI 5 (slot 1, CI 0).
+    fn inventory() -> Inventory {
+        let gpu = |i: u32, uuid: &str| EntityInfo {
+            gpu_index: i,
+            uuid: uuid.into(),
+            pci_bus_id: format!("00000000:0{i}:00.0"),
+            model_name: "NVIDIA H100 80GB HBM3".into(),
+            mig: None,
+            labels: Default::default(),
+            lost: false,
+        };
+        let mig = |gi: u32, slot: u32, uuid: &str| EntityInfo {
+            mig: Some(MigInfo {
+                parent: 1,
+                gpu_instance_id: gi,
+                compute_instance_id: 0,
+                slot,
+                profile: "1g.10gb".into(),
+                mig_uuid: uuid.into(),
+            }),
+            ..gpu(1, G1)
+        };
+        Inventory {
+            driver_version: "580".into(),
+            nvml_version: "13".into(),
+            entities: vec![
+                gpu(0, G0),
+                gpu(1, G1),
+                mig(3, 0, M1),
+                mig(5, 1, "MIG-00000000-0000-0000-0000-000000000005"),
+            ],
+        }
+    }
+
+    fn alloc(ns: &str, pod: &str, c: &str, resource: &str, id: &str) -> Allocation {
+        Allocation {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: c.into(),
+            resource: resource.into(),
+            shared_resource: resource.ends_with(".shared"),
+            device: AllocatedDevice::Plugin(id.parse::<DeviceId>().unwrap()),
+        }
+    }
+
+    fn holder(ns: &str, pod: &str, c: Option<&str>) -> Holder {
+        Holder {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: c.map(Into::into),
+            pod_labels: vec![],
+        }
+    }
+
+    fn resolve(allocs: &[Allocation], pods: &PodDirectory) -> Holdings {
+        let inv = inventory();
+        Holdings::resolve(&inv, allocs, pods, &mut ResolveCache::new(&inv))
+    }
+
+    #[test]
+    fn every_device_id_form_finds_its_entity() {
+        let lower = G0.to_ascii_lowercase().replacen("gpu-", "GPU-", 1);
+        let cases: Vec<(String, usize)> = vec![
+            (G0.into(), 0),
+            (lower, 0),
+            ("0".into(), 0),
+            ("nvidia0".into(), 0),
+            (M1.into(), 2),
+            (format!("MIG-{G1}/3/0"), 2),
+            ("1:1".into(), 3),
+            ("nvidia1/gi5".into(), 3),
+        ];
+        for (id, want) in cases {
+            let h = resolve(
+                &[alloc("ns", "p", "c", "nvidia.com/gpu", &id)],
+                &PodDirectory::default(),
+            );
+            assert_eq!(
+                h.per_entity[want],
+                Holding::Exclusive(holder("ns", "p", Some("c"))),
+                "{id}"
+            );
+            assert!(h.unmapped.is_empty(), "{id}");
+            assert_eq!(
+                h.per_entity.iter().filter(|x| **x != Holding::Free).count(),
+                1,
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn devices_not_on_the_node_are_unmapped_not_guessed() {
+        let h = resolve(
+            &[
+                alloc("ns", "p", "c", "nvidia.com/gpu", "7"),
+                alloc("ns", "p", "c", "nvidia.com/gpu", "nvidia1/gi9"),
+                alloc(
+                    "ns",
+                    "p",
+                    "c",
+                    "nvidia.com/gpu",
+                    "GPU-00000000-0000-0000-0000-000000000000",
+                ),
+                alloc("ns", "p", "c", "nvidia.com/gpu", "1:7"),
+            ],
+            &PodDirectory::default(),
+        );
+        assert!(h.per_entity.iter().all(|x| *x == Holding::Free));
+        assert_eq!(h.unmapped.len(), 4);
+    }
+
+    #[test]
+    fn replicas_and_several_holders_make_a_device_shared() {
+        let h = resolve(
+            &[
+                alloc("ns", "a", "main", "nvidia.com/gpu", &format!("{G0}::0")),
+                alloc("ns", "b", "main", "nvidia.com/gpu", &format!("{G0}::1")),
+                alloc("ns", "b", "side", "nvidia.com/gpu", &format!("{G0}::2")),
+                alloc("ns", "c", "main", "nvidia.com/gpu.shared", "1:0"),
+            ],
+            &PodDirectory::default(),
+        );
+        assert_eq!(
+            h.per_entity[0],
+            Holding::Shared(vec![
+                holder("ns", "a", Some("main")),
+                holder("ns", "b", None)
+            ])
+        );
+        // One holder of a shared resource is still a share, not the whole device.
+        assert_eq!(
+            h.per_entity[2],
+            Holding::Shared(vec![holder("ns", "c", Some("main"))])
+        );
+        assert_eq!(h.allocations.len(), 4);
+    }
+
+    #[test]
+    fn finished_pods_are_left_out_and_labels_come_from_the_watch() {
+        let mut pods = PodDirectory::default();
+        pods.pods.insert(
+            ("ns".into(), "live".into()),
+            PodInfo {
+                uid: "u".into(),
+                labels: vec![("app".into(), "resnet".into())],
+            },
+        );
+        pods.ended.insert(("ns".into(), "done".into()), "u2".into());
+        let h = resolve(
+            &[
+                alloc("ns", "live", "c", "nvidia.com/gpu", "0"),
+                alloc("ns", "done", "c", "nvidia.com/gpu", "1:0"),
+            ],
+            &pods,
+        );
+        let Holding::Exclusive(live) = &h.per_entity[0] else {
+            panic!("{:?}", h.per_entity[0]);
+        };
+        assert_eq!(
+            live.pod_labels,
+            vec![("app".to_string(), "resnet".to_string())]
+        );
+        assert_eq!(h.per_entity[2], Holding::Free);
+    }
+
+    #[test]
+    fn dra_devices_resolve_by_cdi_uuid_or_device_name() {
+        let inv = inventory();
+        let ix = DeviceIndex::new(&inv);
+        let dra = |device: &str, cdi: &[&str]| DraDevice {
+            claim_name: "c".into(),
+            claim_namespace: "ns".into(),
+            pool: "node".into(),
+            device: device.into(),
+            cdi_devices: cdi.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(ix.lookup_dra(&dra("gpu-0", &[]), &inv.entities), Some(0));
+        assert_eq!(
+            ix.lookup_dra(
+                &dra("whatever", &[&format!("k8s.gpu.nvidia.com/device={M1}")]),
+                &inv.entities
+            ),
+            Some(2)
+        );
+        assert_eq!(ix.lookup_dra(&dra("gpu-9", &[]), &inv.entities), None);
+    }
+
+    #[test]
+    fn proportional_shares_sum_to_the_total() {
+        assert_eq!(split_proportional(90, &[3, 1], 4), (vec![68, 22], 0));
+        assert_eq!(split_proportional(90, &[3, 1], 5), (vec![54, 18], 18));
+        assert_eq!(split_proportional(10, &[1, 1, 1], 3), (vec![4, 3, 3], 0));
+        assert_eq!(split_proportional(50, &[0, 0], 0), (vec![0, 0], 50));
+        assert_eq!(split_owned(1000, &[300, 200]), (vec![300, 200], 500));
+        assert_eq!(split_owned(100, &[300, 100]), (vec![75, 25], 0));
+    }
+
+    proptest! {
+        #[test]
+        fn shares_always_sum_exactly(total in 0i64..1_000_000, weights in proptest::collection::vec(0u64..10_000, 0..12), extra in 0u64..10_000) {
+            let all: u64 = weights.iter().sum::<u64>() + extra;
+            let (shares, rest) = split_proportional(total, &weights, all);
+            prop_assert_eq!(shares.iter().sum::<i64>() + rest, total);
+            prop_assert!(shares.iter().all(|s| *s >= 0) && rest >= 0);
+            if extra == 0 && weights.iter().any(|w| *w > 0) {
+                prop_assert_eq!(rest, 0);
+            }
+            let (owned, rest) = split_owned(total, &weights);
+            prop_assert_eq!(owned.iter().sum::<i64>() + rest, total);
+            prop_assert!(owned.iter().all(|s| *s >= 0) && rest >= 0);
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! # kube-sim
+//!
+//! A simulated Kubernetes node, for tests and for `gpu-exporter --simulate`.
+//!
+//! The exporter maps GPUs to pods through three node-local sources; there is no
+//! Kubernetes in tests or in the demo, so this crate fakes each one while speaking its
+//! real wire protocol, so that the exporter's production clients are what gets tested:
+//!
+//! - [`kubelet::FakeKubelet`]: the kubelet's PodResources v1 gRPC service on a unix
+//!   socket, with failure modes (errors, hangs, garbage, restarts, rate limiting);
+//! - [`apiserver::FakeApiServer`]: the pod list and watch endpoints of a kube-apiserver,
+//!   over plain HTTP, with field and label selectors, metadata-only responses, bookmarks,
+//!   `410 Gone` and outages, as `kube-rs`'s watcher expects them;
+//! - [`procfs::FakeProc`]: a `/proc` tree with the `cgroup` files of container processes
+//!   in each layout the kubelet and container runtimes produce.
+//!
+//! [`node::SimKubeNode`] runs the three together from a `gpu-sim` scenario.
+//!
+//! Every server owns a tokio runtime on a thread of its own, so it works the same from
+//! synchronous code and from inside another runtime, and stopping it drops every
+//! connection it had open.
+
+pub mod apiserver;
+pub mod kubelet;
+pub mod node;
+pub mod procfs;
+mod selector;
+mod server_thread;
+
+/// The kubelet PodResources v1 messages, client and server, generated from the
+/// exporter's copy of the proto (package `v1`).
+#[allow(clippy::all)] // generated code
+pub mod proto {
+    tonic::include_proto!("v1");
+
+    pub use pod_resources_lister_client::PodResourcesListerClient;
+    pub use pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+}
+
+pub use apiserver::{FakeApiServer, PodMeta};
+pub use kubelet::{Behavior, FakeKubelet};
+pub use node::SimKubeNode;
+pub use procfs::{CgroupLayout, FakeProc, Qos};
