@@ -102,6 +102,36 @@ fn sim() -> gpu_sim::SimNode {
     n
 }
 
+/// Each GPU's `DCGM_FI_DEV_GPU_UTIL` and `DCGM_FI_DEV_FB_USED` series (the pods'
+/// shares and the device's own) sum to the device's value in the scenario.
+fn assert_shares_sum_to_devices(body: &str, n: &gpu_sim::SimNode) {
+    for g in n.gpus.iter().filter(|g| g.mig.is_empty()) {
+        let reading = n.gpu_reading(g.index, T);
+        let uuid = format!("UUID=\"{}\"", g.uuid);
+        let sum = |name: &str| -> f64 {
+            samples(body, name)
+                .into_iter()
+                .filter(|l| l.contains(&uuid) && !l.contains("GPU_I_ID="))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        if let Some(util) = reading.gpu_util_percent {
+            assert_eq!(
+                sum("DCGM_FI_DEV_GPU_UTIL"),
+                f64::from(util),
+                "GPU {} utilisation",
+                g.index
+            );
+        }
+        assert_eq!(
+            sum("DCGM_FI_DEV_FB_USED"),
+            (reading.memory.used >> 20) as f64,
+            "GPU {} memory",
+            g.index
+        );
+    }
+}
+
 fn every_form_gets_exact_labels(nvml: bool) {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node, nvml, &[]);
@@ -256,6 +286,7 @@ fn a_shared_gpu_is_split_per_pod_and_the_shares_sum_to_the_device() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(resnet, util_a + util_b);
+    assert_shares_sum_to_devices(&body, &n);
 }
 
 #[test]
@@ -376,6 +407,7 @@ fn a_down_api_server_keeps_the_last_known_pods() {
         "last known pod labels stay"
     );
     assert!(body.contains("pod=\"share-a\""), "shares still split");
+    assert_shares_sum_to_devices(&body, &sim());
     node.api().set_available(true);
     let back = e2e_tests::try_wait_for(Duration::from_secs(30), || {
         (sample_value(&e.metrics(), "gpu_exporter_pod_watch_up") == Some(1.0)).then_some(())
@@ -390,12 +422,79 @@ fn a_down_api_server_keeps_the_last_known_pods() {
 #[test]
 fn the_simulate_demo_shows_pods() {
     let e = Exporter::start(&[&format!("--simulate={SCENARIO}"), "-c", "200"], &[]);
+    // The demo's pods come through the same kubelet and watch paths: wait until both
+    // have answered (the allocation series alone appear before the watch syncs).
     let body = wait_for("demo pods", Duration::from_secs(30), || {
         let b = e.metrics();
-        b.contains("pod=\"share-a\"").then_some(b)
+        (sample_value(&b, "gpu_exporter_pod_watch_up") == Some(1.0)
+            && samples(&b, "DCGM_FI_DEV_GPU_UTIL")
+                .iter()
+                .any(|l| l.contains("pod=\"share-a\"")))
+        .then_some(b)
     });
     assert!(body.contains("pod=\"train-0\""));
     assert!(body.contains("app=\"resnet-inference\""));
+    assert_shares_sum_to_devices(&body, &sim());
+}
+
+#[test]
+fn a_pod_the_kubelet_stops_listing_loses_its_labels() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node, false, &[]);
+    scrape_when(&e, "share-b labelled", |b| b.contains("pod=\"share-b\""));
+    // Kubernetes 1.34+: a finished pod leaves the kubelet's list (and the watch).
+    let s = gpu_sim::Scenario::load(&fixture("pods-node.toml")).expect("scenario");
+    let mut pods = kube_sim::node::pod_resources_on(&s, &sim(), "node-a", T, false);
+    pods.retain(|p| p.name != "share-b");
+    node.kubelet().set_pods(pods);
+    assert!(node.api().delete("inference", "share-b"));
+    let body = scrape_when(&e, "share-b gone", |b| !b.contains("pod=\"share-b\""));
+    // share-a is now the only pod on the time-sliced GPU: still a share, not the whole
+    // device, and share-b's usage moved to the unattributed remainder.
+    let n = sim();
+    let util_rest = exact(
+        &body,
+        "DCGM_FI_DEV_GPU_UTIL",
+        &device_labels(&n, 3, None, ""),
+    );
+    assert_eq!(
+        util_rest,
+        Some(36.0),
+        "{:#?}",
+        label_sets(&body, "DCGM_FI_DEV_GPU_UTIL")
+    );
+    assert_shares_sum_to_devices(&body, &n);
+}
+
+#[test]
+fn a_pod_resources_answer_over_4_mib_is_read() {
+    use kube_sim::proto::{ContainerDevices, ContainerResources, PodResources};
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let s = gpu_sim::Scenario::load(&fixture("pods-node.toml")).expect("scenario");
+    let mut pods = kube_sim::node::pod_resources_on(&s, &sim(), "node-a", T, false);
+    // 12,000 busy non-GPU pods: about 10 MiB, past gRPC's default 4 MiB limit that
+    // breaks dcgm-exporter on busy nodes.
+    let long = "x".repeat(300);
+    pods.extend((0..12_000).map(|i| PodResources {
+        name: format!("filler-{i}-{long}"),
+        namespace: "batch".into(),
+        containers: vec![ContainerResources {
+            name: format!("c-{long}"),
+            devices: vec![ContainerDevices {
+                resource_name: "example.com/fpga".into(),
+                device_ids: vec![format!("fpga-{i}-{long}")],
+                topology: None,
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }));
+    node.kubelet().set_pods(pods);
+    let e = exporter(&node, false, &[]);
+    let body = scrape_when(&e, "labels from a 10 MiB answer", |b| {
+        b.contains("pod=\"train-0\"")
+    });
+    assert!(!body.contains("filler-"), "non-GPU resources are ignored");
 }
 
 mod e {

@@ -158,6 +158,25 @@ mod tests {
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     const STATIC_HASH: &str = "6f4a1c6e1c1d8f1c1b2e3f4a5b6c7d8e";
 
+    /// Every layout and QoS class the simulated node writes (kube-sim, shared with the
+    /// end-to-end tests) reads back as its pod and container, and a system process as
+    /// none: the parser and the fake agree on every form.
+    #[test]
+    fn every_layout_the_simulated_node_writes_is_read_back() {
+        use kube_sim::procfs::{CgroupLayout, Qos, cgroup_file, non_pod_cgroup};
+        for layout in CgroupLayout::ALL {
+            for qos in Qos::ALL {
+                let file = cgroup_file(layout, qos, UID, ID);
+                assert_eq!(
+                    parse_proc_cgroup(&file),
+                    expected(),
+                    "{layout:?} {qos:?}:\n{file}"
+                );
+            }
+        }
+        assert_eq!(parse_proc_cgroup(&non_pod_cgroup()), None);
+    }
+
     fn expected() -> Option<PodContainer> {
         Some(PodContainer {
             pod_uid: UID.into(),

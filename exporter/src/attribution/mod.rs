@@ -63,6 +63,8 @@ pub struct Attributor {
     /// The pod directory the holdings were computed from: shares use the same one, so
     /// a cycle never mixes two views of the pods.
     directory: Arc<PodDirectory>,
+    /// Likewise the kubelet view, so self-metrics describe the labels they come with.
+    view: Arc<KubeletView>,
     /// PID → its pod container (None: not in a pod, or unreadable), for live processes.
     cgroups: HashMap<u32, Option<PodContainer>>,
     seen: Vec<u32>,
@@ -89,6 +91,7 @@ impl Attributor {
                 unmapped: Vec::new(),
             }),
             directory: Arc::new(PodDirectory::default()),
+            view: Arc::new(KubeletView::default()),
             cgroups: HashMap::new(),
             seen: Vec::new(),
             unreadable_logged: false,
@@ -102,8 +105,10 @@ impl Attributor {
         inv: &Inventory,
         inventory_generation: u64,
     ) -> (Arc<Holdings>, bool) {
-        let kubelet = self.kubelet.load();
+        let kubelet = self.kubelet.load_full();
         let pods = self.pods.load_full();
+        // Health counters change without the allocations changing.
+        self.view = kubelet.clone();
         let key = (inventory_generation, kubelet.generation, pods.generation);
         if self.computed_from == Some(key) {
             return (self.holdings.clone(), false);
@@ -167,8 +172,8 @@ impl Attributor {
 
     /// The inputs' state, for self-metrics.
     pub fn status(&self, duration_seconds: f64) -> AttributionStatus {
-        let k = self.kubelet.load();
-        let p = self.pods.load();
+        let k = &self.view;
+        let p = &self.directory;
         AttributionStatus {
             kubelet_up: k.up,
             kubelet_failures_total: k.failures_total,
