@@ -389,6 +389,8 @@ impl Sampler {
             self.failures_total += 1;
         }
         let mut snap = self.snapshot(started);
+        // The whole cycle, per-pod shares included.
+        snap.sample_duration = started.elapsed();
         if let Some(a) = &self.attributor {
             snap.attribution = Some(a.status(self.attribution_time.as_secs_f64()));
         }

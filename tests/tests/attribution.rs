@@ -151,6 +151,12 @@ fn every_form_gets_exact_labels(nvml: bool) {
             ",app=\"indexed\"".to_string() + &attrs("main", "ml", "idx-0"),
         ),
         (4, attrs("app", "default", "gke-0")),
+        // A DRA claim's device, named `gpu-<index>` by NVIDIA's DRA driver.
+        (
+            5,
+            ",app_kubernetes_io_instance=\"dra-demo\"".to_string()
+                + &attrs("app", "default", "dra-0"),
+        ),
     ];
     for (gpu, tail) in &expected {
         let want = device_labels(&n, *gpu, None, tail);
@@ -194,12 +200,12 @@ fn every_form_gets_exact_labels(nvml: bool) {
     );
     assert_eq!(
         samples(&body, "DCGM_FI_DEV_POWER_USAGE").len(),
-        5,
+        6,
         "one power series per GPU, never one per pod"
     );
     // One allocation series per held device and container.
     let allocations = label_sets(&body, "gpu_exporter_pod_gpu_allocation");
-    assert_eq!(allocations.len(), 9, "{allocations:#?}");
+    assert_eq!(allocations.len(), 10, "{allocations:#?}");
     assert!(allocations.contains(&device_labels(
         &n,
         3,
@@ -313,7 +319,7 @@ fn a_finished_pod_loses_its_labels_even_while_the_kubelet_lists_it() {
     );
     assert_eq!(
         label_sets(&body, "gpu_exporter_pod_gpu_allocation").len(),
-        8
+        9
     );
 }
 
@@ -334,7 +340,7 @@ fn a_kubelet_outage_and_restart_keep_gpu_metrics_and_labels_come_back() {
     );
     assert_eq!(
         samples(&body, "DCGM_FI_DEV_POWER_USAGE").len(),
-        5,
+        6,
         "GPU metrics go on"
     );
     assert_eq!(
@@ -384,7 +390,7 @@ fn a_hanging_or_garbage_kubelet_is_bounded_and_reported() {
             },
         );
         assert!(!body.contains("pod=\""), "{name}");
-        assert_eq!(samples(&body, "DCGM_FI_DEV_POWER_USAGE").len(), 5, "{name}");
+        assert_eq!(samples(&body, "DCGM_FI_DEV_POWER_USAGE").len(), 6, "{name}");
         node.kubelet().set_behavior(Behavior::Serve);
         scrape_when(&e, &format!("{name}: back"), |b| {
             b.contains("pod=\"train-0\"")
