@@ -1,7 +1,8 @@
 //! Render cost on the "big node" (8 GPUs, 4 in MIG mode with 7 instances each, 200
-//! processes): the per-snapshot render, the per-scrape cost of serving the cached
-//! render, a sampling cycle against the simulated source, and a naive `write!`-based
-//! renderer of the same series as the in-process baseline.
+//! processes): the per-snapshot render in text, OpenMetrics and protobuf, the
+//! per-scrape cost of serving the cached render, a sampling cycle against the simulated
+//! source, and a naive `write!`-based renderer of the same series as the in-process
+//! baseline.
 //!
 //! `cargo bench -p gpu-exporter --bench render`; per-series figures: divide by the series
 //! count printed first.
@@ -132,7 +133,21 @@ fn bench(c: &mut Criterion) {
             n,
             "the baseline renders the same series"
         );
-        println!("{name}: {n} series, {} bytes per render", out.len());
+        let mut pb = Vec::new();
+        encode::render_device_families(&snap, Format::Protobuf, &mut pb);
+        let families = encode::protobuf::decode(&pb).expect("protobuf decodes");
+        assert_eq!(
+            encode::protobuf::series_text(&families).len() as u64,
+            n,
+            "protobuf carries the same series"
+        );
+        println!(
+            "{name}: {n} series; per render: text {} bytes ({} gzipped), protobuf {} bytes ({} gzipped)",
+            out.len(),
+            encode::gzip(&out).len(),
+            pb.len(),
+            encode::gzip(&pb).len()
+        );
 
         let mut g = c.benchmark_group(format!("big-node/{name}"));
         g.throughput(Throughput::Elements(n));
@@ -152,6 +167,14 @@ fn bench(c: &mut Criterion) {
                 black_box(buf.len())
             })
         });
+        g.bench_function("render-protobuf", |b| {
+            let mut buf = Vec::with_capacity(pb.len());
+            b.iter(|| {
+                buf.clear();
+                encode::render_device_families(black_box(&snap), Format::Protobuf, &mut buf);
+                black_box(buf.len())
+            })
+        });
         g.bench_function("baseline-naive-write", |b| {
             let mut buf = Vec::with_capacity(out.len());
             b.iter(|| {
@@ -160,17 +183,17 @@ fn bench(c: &mut Criterion) {
                 black_box(buf.len())
             })
         });
-        for (bench, gzip) in [("scrape-cached", false), ("scrape-cached-gzip", true)] {
+        for (bench, fmt, gzip) in [
+            ("scrape-cached", Format::Text, false),
+            ("scrape-cached-gzip", Format::Text, true),
+            ("scrape-cached-protobuf", Format::Protobuf, false),
+            ("scrape-cached-protobuf-gzip", Format::Protobuf, true),
+        ] {
             g.bench_function(bench, |b| {
-                let _ = encode::render(&snap, ScrapeStats::default(), Format::Text, true, gzip);
+                let _ = encode::render(&snap, ScrapeStats::default(), fmt, true, gzip);
                 b.iter(|| {
-                    let body = encode::render(
-                        black_box(&snap),
-                        ScrapeStats::default(),
-                        Format::Text,
-                        true,
-                        gzip,
-                    );
+                    let body =
+                        encode::render(black_box(&snap), ScrapeStats::default(), fmt, true, gzip);
                     black_box(body.len())
                 })
             });

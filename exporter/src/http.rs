@@ -110,19 +110,73 @@ fn wants_openmetrics(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("application/openmetrics-text"))
 }
 
-async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let started = Instant::now();
-    let fmt = if state.openmetrics && wants_openmetrics(&headers) {
+/// The highest quality `Accept` gives the protobuf format and the text alternatives we
+/// can serve (`text/plain`, `text/*`, `*/*`, and OpenMetrics when enabled), in that
+/// order. Protobuf counts only with `proto=io.prometheus.client.MetricFamily` and
+/// `encoding=delimited`, the one variant we write; a wildcard does not select it.
+fn accept_qualities(headers: &HeaderMap, openmetrics: bool) -> (f32, f32) {
+    let (mut protobuf, mut text) = (0.0f32, 0.0f32);
+    let items = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','));
+    for item in items {
+        let mut parts = item.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let (mut q, mut proto, mut delimited) = (1.0f32, false, false);
+        for param in parts {
+            let Some((key, value)) = param.split_once('=') else {
+                continue;
+            };
+            let value = value.trim().trim_matches('"');
+            match key.trim().to_ascii_lowercase().as_str() {
+                // An unreadable quality refuses the item rather than preferring it.
+                "q" => q = value.parse::<f32>().unwrap_or(0.0).clamp(0.0, 1.0),
+                "proto" => proto = value == "io.prometheus.client.MetricFamily",
+                "encoding" => delimited = value == "delimited",
+                _ => {}
+            }
+        }
+        match media.as_str() {
+            "application/vnd.google.protobuf" if proto && delimited => protobuf = protobuf.max(q),
+            "text/plain" | "text/*" | "*/*" => text = text.max(q),
+            "application/openmetrics-text" if openmetrics => text = text.max(q),
+            _ => {}
+        }
+    }
+    (protobuf, text)
+}
+
+/// The format to answer with: protobuf when `Accept` asks for it at least as strongly
+/// as for any text format we serve (Prometheus does with native histograms enabled),
+/// else OpenMetrics when enabled and asked for, else the text format.
+fn negotiate(headers: &HeaderMap, openmetrics: bool) -> Format {
+    let (protobuf, text) = accept_qualities(headers, openmetrics);
+    if protobuf > 0.0 && protobuf >= text {
+        Format::Protobuf
+    } else if openmetrics && wants_openmetrics(headers) {
         Format::OpenMetrics
     } else {
         Format::Text
-    };
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let started = Instant::now();
+    let fmt = negotiate(&headers, state.openmetrics);
     let snap = state.store.load_full();
     let fresh = started.saturating_duration_since(snap.taken) <= state.max_age();
     let stats = state.scrape_stats();
     let gzip = accepts_gzip(&headers);
     let body = encode::render(&snap, stats, fmt, fresh, gzip);
     state.observe_scrape(started.elapsed());
+    tracing::debug!(
+        format = fmt.name(),
+        gzip,
+        bytes = body.len(),
+        "served /metrics"
+    );
     let mut response = (
         [
             (
@@ -179,6 +233,80 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::ACCEPT_ENCODING, HeaderValue::from_str(v).unwrap());
         accepts_gzip(&h)
+    }
+
+    fn format_for(accept: &str, openmetrics: bool) -> Format {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_str(accept).unwrap());
+        negotiate(&h, openmetrics)
+    }
+
+    #[test]
+    fn protobuf_is_served_when_preferred() {
+        // Prometheus 2.42 with --enable-feature=native-histograms, as captured.
+        let prometheus = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(format_for(prometheus, false), Format::Protobuf);
+        assert_eq!(format_for(prometheus, true), Format::Protobuf);
+        // Protobuf with a lower quality that still beats every text format.
+        let weighted = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert_eq!(format_for(weighted, true), Format::Protobuf);
+        // Quoted parameters and case in names.
+        let quoted = r#"Application/Vnd.Google.Protobuf; Proto="io.prometheus.client.MetricFamily"; Encoding=delimited"#;
+        assert_eq!(format_for(quoted, false), Format::Protobuf);
+        // A tie goes to protobuf: the client rates them equal and it is cheaper.
+        let tie = "text/plain;q=0.5,application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5";
+        assert_eq!(format_for(tie, false), Format::Protobuf);
+    }
+
+    #[test]
+    fn text_stays_the_default() {
+        for (accept, openmetrics, want) in [
+            ("*/*", false, Format::Text),
+            ("", false, Format::Text),
+            ("text/plain;version=0.0.4", true, Format::Text),
+            // Prometheus without native histograms.
+            (
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                true,
+                Format::OpenMetrics,
+            ),
+            // Text preferred over protobuf.
+            (
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.2,text/plain;q=0.9",
+                false,
+                Format::Text,
+            ),
+            // OpenMetrics preferred, and enabled.
+            (
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5,application/openmetrics-text;version=1.0.0",
+                true,
+                Format::OpenMetrics,
+            ),
+            // A wildcard alone beats a less wanted protobuf.
+            (
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5,*/*",
+                false,
+                Format::Text,
+            ),
+            // Not the delimited MetricFamily stream: not something we write.
+            (
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text",
+                false,
+                Format::Text,
+            ),
+            (
+                "application/vnd.google.protobuf;proto=other.Message;encoding=delimited",
+                false,
+                Format::Text,
+            ),
+            (
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0",
+                false,
+                Format::Text,
+            ),
+        ] {
+            assert_eq!(format_for(accept, openmetrics), want, "{accept}");
+        }
     }
 
     #[test]

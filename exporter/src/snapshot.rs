@@ -3,6 +3,7 @@
 
 use crate::attribution::AttributionStatus;
 use crate::counters::ExportPlan;
+use crate::encode::FORMATS;
 use crate::source::ProcessSample;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -82,10 +83,11 @@ pub struct Snapshot {
     pub attribution: Option<AttributionStatus>,
     /// Version and source for `gpu_exporter_build_info`.
     pub build_labels: Arc<str>,
-    /// The rendered device families, once per format (see `encode`).
-    pub(crate) rendered: [OnceLock<Vec<u8>>; 2],
+    /// The rendered device families, once per format (text, OpenMetrics, protobuf; see
+    /// `encode`), each built on the first scrape that asks for it.
+    pub(crate) rendered: [OnceLock<Vec<u8>>; FORMATS],
     /// The same, gzip-compressed, once per format.
-    pub(crate) rendered_gzip: [OnceLock<Vec<u8>>; 2],
+    pub(crate) rendered_gzip: [OnceLock<Vec<u8>>; FORMATS],
 }
 
 impl Snapshot {

@@ -1,10 +1,23 @@
-//! gpu-metrics-adapter: the Kubernetes custom and external metrics API server. It is
-//! not built yet (issue 5); this binary says so rather than pretending to serve.
+//! gpu-metrics-adapter: see the library for what it does.
+
+use clap::Parser;
+use gpu_metrics_adapter::config::Cli;
 
 fn main() -> std::process::ExitCode {
-    eprintln!(
-        "gpu-metrics-adapter {} is not implemented yet; it is tracked as issue 5",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::ExitCode::from(2)
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match gpu_metrics_adapter::run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpu-metrics-adapter: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
 }

@@ -143,6 +143,57 @@ pub fn get_bytes_with(url: &str, headers: &[(&str, &str)]) -> (u16, Vec<u8>, Opt
     (resp.status().as_u16(), body, encoding)
 }
 
+/// A response as it came: status, `Content-Type`, `Content-Encoding` and raw body.
+pub struct RawResponse {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// A GET returning the raw response, for binary and compressed bodies.
+pub fn get_raw(url: &str, headers: &[(&str, &str)]) -> RawResponse {
+    let req = request(url, headers);
+    let mut resp = req.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let (content_type, content_encoding) = (header("content-type"), header("content-encoding"));
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    RawResponse {
+        status: resp.status().as_u16(),
+        content_type,
+        content_encoding,
+        body,
+    }
+}
+
+/// The sample lines of a text-format body as (series as written, value).
+pub fn text_series(body: &str) -> Vec<(String, f64)> {
+    body.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (series, v) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("no value in {l:?}"));
+            let v = match v {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                v => v.parse().unwrap_or_else(|e| panic!("{l:?}: {e}")),
+            };
+            (series.to_string(), v)
+        })
+        .collect()
+}
+
 /// Decompress a (possibly multi-member) gzip stream.
 pub fn gunzip(data: &[u8]) -> String {
     use std::io::Read;
@@ -359,6 +410,11 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(jobs: &[(&str, &str, &str)]) -> Prometheus {
+        Prometheus::start_with_args(jobs, &[])
+    }
+
+    /// [`Prometheus::start`] with extra command-line flags (e.g. feature flags).
+    pub fn start_with_args(jobs: &[(&str, &str, &str)], args: &[&str]) -> Prometheus {
         let dir = scratch_dir("prometheus");
         let mut config =
             String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
@@ -379,7 +435,8 @@ impl Prometheus {
             dir.join("data").display()
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .arg("--log.level=info");
+        .arg("--log.level=info")
+        .args(args);
         let mut process = Process::spawn(cmd);
         process.wait_for_line(
             "Server is ready to receive web requests",

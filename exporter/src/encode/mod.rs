@@ -1,13 +1,17 @@
-//! Renders a [`Snapshot`] as Prometheus text (0.0.4, the default) or OpenMetrics 1.0.
+//! Renders a [`Snapshot`] as Prometheus text (0.0.4, the default), OpenMetrics 1.0 or
+//! the Prometheus protobuf format (delimited `io.prometheus.client.MetricFamily`).
 //!
 //! Written by hand on purpose: dcgm-exporter prints counters without `_total` and values
 //! in its own formats (`%d`, `%f`), which no Rust client library emits (prometheus-client
-//! writes OpenMetrics only). One writer serves both formats so they cannot drift; the
-//! golden-file and promtool tests hold it to both specs.
+//! writes OpenMetrics only). One walk over the snapshot ([`Sink`]) feeds every format,
+//! so they cannot drift: the text writer serves text and OpenMetrics, [`protobuf`] the
+//! binary format; the golden-file and promtool tests hold the text to both specs, and
+//! the protobuf tests hold it to the text.
 //!
-//! The device families are rendered once per snapshot and shared by every scrape; only
-//! the few self-metrics about scrapes are rendered per request.
+//! The device families are rendered once per snapshot and format and shared by every
+//! scrape; only the few self-metrics about scrapes are rendered per request.
 
+pub mod protobuf;
 pub mod xid;
 
 use crate::counters::{MetricKind, MetricType};
@@ -20,13 +24,28 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub enum Format {
     Text,
     OpenMetrics,
+    /// Length-delimited `io.prometheus.client.MetricFamily` messages.
+    Protobuf,
 }
+
+/// How many [`Format`]s there are: the size of the per-format caches in a snapshot.
+pub(crate) const FORMATS: usize = 3;
 
 impl Format {
     pub fn content_type(self) -> &'static str {
         match self {
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Protobuf => protobuf::CONTENT_TYPE,
+        }
+    }
+
+    /// A short name, for logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::OpenMetrics => "openmetrics",
+            Format::Protobuf => "protobuf",
         }
     }
 
@@ -113,6 +132,27 @@ pub fn write_fixed6(out: &mut Vec<u8>, v: f64) {
     out.extend_from_slice(digits.as_bytes());
 }
 
+/// The number [`write_fixed6`]'s text denotes, bit for bit what a parser of it reads,
+/// without formatting: the protobuf format carries dcgm's six-decimal values too, so a
+/// series reads the same whichever format a scraper picks.
+///
+/// In the fast path's range `(|v| * 1e6).round()` is an integer the text prints exactly,
+/// and one IEEE division by the exact `1e6` rounds it to the nearest `f64`, as a correct
+/// parser does. Outside it `{:.6}` differs from `v` by less than half an ulp, so `v` is
+/// what parsing gives back.
+pub(crate) fn fixed6_value(v: f64) -> f64 {
+    if !v.is_finite() || v.abs() >= 9.0e12 {
+        return v;
+    }
+    let scaled = (v.abs() * 1e6).round();
+    if scaled == 0.0 {
+        // The text prints no sign for zero.
+        return 0.0;
+    }
+    let abs = scaled / 1e6;
+    if v.is_sign_negative() { -abs } else { abs }
+}
+
 /// A float as Prometheus expects it (`NaN`, `+Inf`, `-Inf`, else shortest or `%f`).
 struct FloatText(f64, bool);
 
@@ -183,6 +223,123 @@ fn unix_seconds(t: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A sample's value as the family walk hands it over. Each kind keeps the text form it
+/// always had (dcgm's `%d`/`%f`, plain integers, shortest floats); the protobuf format
+/// carries the `f64` that text denotes ([`Sample::as_f64`]), so both hold one number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Sample {
+    /// A device reading in dcgm-exporter's units and print format.
+    Dcgm(Value),
+    /// A count or flag, printed as an integer.
+    Uint(u64),
+    /// Printed shortest-round-trip (`NaN`, `+Inf` as Prometheus spells them).
+    Float(f64),
+}
+
+impl Sample {
+    /// The number a parser of the text form reads.
+    pub(crate) fn as_f64(self) -> f64 {
+        match self {
+            Sample::Dcgm(Value::Int(i)) => i as f64,
+            Sample::Dcgm(Value::Float(f)) => fixed6_value(f),
+            Sample::Uint(u) => u as f64,
+            Sample::Float(f) => f,
+        }
+    }
+}
+
+/// Where the family walk ([`walk_device_families`], [`walk_self_metrics`]) writes: one
+/// implementation per wire format, so all formats carry the same families, series, label
+/// order and values by construction. `'a` is the snapshot's lifetime: label sets live
+/// as long as the walk, so a writer may cache work per label set.
+pub(crate) trait Sink<'a> {
+    /// Start a family; the samples that follow belong to it. `name` is the text-format
+    /// sample name (dcgm's counters keep theirs without `_total`), `help` unescaped.
+    fn family(&mut self, name: &str, ty: MetricType, help: &str);
+
+    /// One series of the current family. `labels` is a label set pre-rendered in text
+    /// form (escaped, possibly empty) from the snapshot; `extra` are raw pairs after it.
+    fn sample(&mut self, labels: &'a str, extra: &[(&str, &str)], value: Sample);
+
+    /// A whole histogram family of one unlabelled series: `buckets[i]` observations (not
+    /// cumulative) fell in `(bounds[i-1], bounds[i]]`; `count` is all of them, `+Inf`
+    /// included, and `sum` their total.
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        bounds: &[f64],
+        buckets: &[u64],
+        count: u64,
+        sum: f64,
+    );
+}
+
+/// The text and OpenMetrics writer.
+struct TextSink<'o> {
+    out: &'o mut Vec<u8>,
+    fmt: Format,
+    /// Sample name of the current family (OpenMetrics counters gain `_total`).
+    name: String,
+}
+
+impl<'o> TextSink<'o> {
+    fn new(out: &'o mut Vec<u8>, fmt: Format) -> TextSink<'o> {
+        TextSink {
+            out,
+            fmt,
+            name: String::new(),
+        }
+    }
+}
+
+impl Sink<'_> for TextSink<'_> {
+    fn family(&mut self, name: &str, ty: MetricType, help: &str) {
+        write_header(self.out, self.fmt, name, ty, help);
+        self.name.clear();
+        self.name.push_str(&sample_name(self.fmt, name, ty));
+    }
+
+    fn sample(&mut self, labels: &str, extra: &[(&str, &str)], value: Sample) {
+        if labels.is_empty() && extra.is_empty() {
+            self.out.extend_from_slice(self.name.as_bytes());
+            self.out.push(b' ');
+        } else {
+            write_series_start(self.out, &self.name, labels, extra);
+        }
+        match value {
+            Sample::Dcgm(v) => write_value(self.out, v),
+            Sample::Uint(u) => self
+                .out
+                .extend_from_slice(itoa::Buffer::new().format(u).as_bytes()),
+            Sample::Float(f) => write_f64(self.out, f),
+        }
+        self.out.push(b'\n');
+    }
+
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        bounds: &[f64],
+        buckets: &[u64],
+        count: u64,
+        sum: f64,
+    ) {
+        let out = &mut *self.out;
+        write_help(out, name, help);
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, n) in bounds.iter().zip(buckets) {
+            cumulative += n;
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {}", FloatText(sum, false));
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
 /// The device families of a snapshot in `fmt`, rendered once and cached in the snapshot.
 pub fn device_families(snap: &Snapshot, fmt: Format) -> &[u8] {
     snap.rendered[fmt.index()].get_or_init(|| {
@@ -212,101 +369,92 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 
 /// Render the device families without caching (benchmarks use this directly).
 pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
+    match fmt {
+        Format::Text | Format::OpenMetrics => {
+            walk_device_families(snap, &mut TextSink::new(out, fmt));
+        }
+        Format::Protobuf => {
+            let mut sink = protobuf::ProtoSink::new(out);
+            walk_device_families(snap, &mut sink);
+            sink.finish();
+        }
+    }
+}
+
+/// The device families, in order, into `sink`.
+pub(crate) fn walk_device_families<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &mut S) {
     let metrics = &snap.plan.metrics;
     for (m, field) in metrics.iter().enumerate() {
         if !(0..snap.entities.len()).any(|e| snap.value(e, m).is_some()) {
             continue;
         }
-        write_header(out, fmt, field.name, field.metric_type, &field.help);
-        let name = sample_name(fmt, field.name, field.metric_type);
+        sink.family(field.name, field.metric_type, &field.help);
         for (e, entity) in snap.entities.iter().enumerate() {
             let Some(v) = snap.value(e, m) else { continue };
             // A shared device's pods first; the entity's own series then carries the
             // remainder, so the series of one device sum to its value.
             for share in &entity.shares {
                 if let Some((_, pv)) = share.values.iter().find(|(i, _)| *i == m) {
-                    write_series_start(out, &name, &share.labels, &[]);
-                    write_value(out, *pv);
-                    out.push(b'\n');
+                    sink.sample(&share.labels, &[], Sample::Dcgm(*pv));
                 }
             }
             match (field.kind, entity.last_xid) {
                 (MetricKind::LastXid, Some(code)) if code != 0 => {
                     let code_text = code.to_string();
-                    write_series_start(
-                        out,
-                        &name,
+                    sink.sample(
                         &entity.labels,
                         &[("err_code", &code_text), ("err_msg", xid::message(code))],
+                        Sample::Dcgm(v),
                     );
                 }
-                _ => write_series_start(out, &name, &entity.labels, &[]),
+                _ => sink.sample(&entity.labels, &[], Sample::Dcgm(v)),
             }
-            write_value(out, v);
-            out.push(b'\n');
         }
     }
 
     // gpu_exporter_gpu_up: one per physical GPU, lost ones included.
-    let up = format!("{PREFIX}gpu_up");
-    write_header(
-        out,
-        fmt,
-        &up,
+    sink.family(
+        &format!("{PREFIX}gpu_up"),
         MetricType::Gauge,
         "1 while the GPU answers, 0 once it has fallen off the bus (its other series are then absent).",
     );
     for e in snap.entities.iter().filter(|e| e.is_gpu) {
-        write_series_start(out, &up, &e.labels, &[]);
-        out.push(if e.up { b'1' } else { b'0' });
-        out.push(b'\n');
+        sink.sample(&e.labels, &[], Sample::Uint(u64::from(e.up)));
     }
 
     if !snap.allocations.is_empty() {
-        let name = format!("{PREFIX}pod_gpu_allocation");
-        write_header(
-            out,
-            fmt,
-            &name,
+        sink.family(
+            &format!("{PREFIX}pod_gpu_allocation"),
             MetricType::Gauge,
             "1 for each GPU or MIG instance allocated to a container, with the device's and the pod's labels; join on UUID and GPU_I_ID to attribute any series.",
         );
         for labels in &snap.allocations {
-            write_series_start(out, &name, labels, &[]);
-            out.extend_from_slice(b"1\n");
+            sink.sample(labels, &[], Sample::Uint(1));
         }
     }
 
     if snap.entities.iter().any(|e| !e.xids.is_empty()) {
-        let total = format!("{PREFIX}xid_errors_total");
-        write_header(
-            out,
-            fmt,
-            &total,
+        sink.family(
+            &format!("{PREFIX}xid_errors_total"),
             MetricType::Counter,
             "XID errors reported by the driver since the exporter started, by XID code.",
         );
-        let total_sample = sample_name(fmt, &total, MetricType::Counter);
         for e in &snap.entities {
             for (code, stat) in &e.xids {
-                write_series_start(out, &total_sample, &e.labels, &[("xid", &code.to_string())]);
-                out.extend_from_slice(itoa::Buffer::new().format(stat.count).as_bytes());
-                out.push(b'\n');
+                let code = code.to_string();
+                sink.sample(&e.labels, &[("xid", &code)], Sample::Uint(stat.count));
             }
         }
-        let last = format!("{PREFIX}xid_last_seen_timestamp_seconds");
-        write_header(
-            out,
-            fmt,
-            &last,
+        sink.family(
+            &format!("{PREFIX}xid_last_seen_timestamp_seconds"),
             MetricType::Gauge,
             "Unix time the last XID error of this code was reported.",
         );
         for e in &snap.entities {
             for (code, stat) in &e.xids {
-                write_series_start(out, &last, &e.labels, &[("xid", &code.to_string())]);
-                write_f64(out, unix_seconds(stat.last_seen));
-                out.push(b'\n');
+                let code = code.to_string();
+                let seen = unix_seconds(stat.last_seen);
+                sink.sample(&e.labels, &[("xid", &code)], Sample::Float(seen));
             }
         }
     }
@@ -314,16 +462,14 @@ pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
     if snap.process_metrics && snap.entities.iter().any(|e| !e.processes.is_empty()) {
         process_family(
             snap,
-            fmt,
-            out,
+            sink,
             "process_memory_used_bytes",
             "GPU memory used by a process, bytes.",
             |p| p.used_memory_bytes,
         );
         process_family(
             snap,
-            fmt,
-            out,
+            sink,
             "process_sm_utilization_percent",
             "Share of the device's SM utilisation used by a process, percent; shares sum to the device value.",
             |p| p.sm_util_percent.map(u64::from),
@@ -332,29 +478,23 @@ pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
 }
 
 /// One per-process family: a series per process that reports `value`.
-fn process_family(
-    snap: &Snapshot,
-    fmt: Format,
-    out: &mut Vec<u8>,
+fn process_family<'a, S: Sink<'a>>(
+    snap: &'a Snapshot,
+    sink: &mut S,
     name: &str,
     help: &str,
     value: impl Fn(&crate::source::ProcessSample) -> Option<u64>,
 ) {
-    let name = format!("{PREFIX}{name}");
-    write_header(out, fmt, &name, MetricType::Gauge, help);
+    sink.family(&format!("{PREFIX}{name}"), MetricType::Gauge, help);
     let mut pid = itoa::Buffer::new();
-    let mut v = itoa::Buffer::new();
     for e in &snap.entities {
         for p in &e.processes {
             if let Some(x) = value(p) {
-                write_series_start(
-                    out,
-                    &name,
+                sink.sample(
                     &e.labels,
                     &[("pid", pid.format(p.pid)), ("process_name", &p.name)],
+                    Sample::Uint(x),
                 );
-                out.extend_from_slice(v.format(x).as_bytes());
-                out.push(b'\n');
             }
         }
     }
@@ -362,34 +502,44 @@ fn process_family(
 
 /// The exporter's own metrics, rendered per scrape.
 pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut Vec<u8>) {
+    match fmt {
+        Format::Text | Format::OpenMetrics => {
+            walk_self_metrics(snap, stats, &mut TextSink::new(out, fmt));
+        }
+        Format::Protobuf => {
+            let mut sink = protobuf::ProtoSink::new(out);
+            walk_self_metrics(snap, stats, &mut sink);
+            sink.finish();
+        }
+    }
+}
+
+/// The exporter's own families, in order, into `sink`.
+pub(crate) fn walk_self_metrics<'a, S: Sink<'a>>(
+    snap: &'a Snapshot,
+    stats: ScrapeStats,
+    sink: &mut S,
+) {
     // One unlabelled sample of our own: `name` without the prefix.
-    let scalar = |out: &mut Vec<u8>, ty: MetricType, name: &str, help: &str, v: f64| {
-        let name = format!("{PREFIX}{name}");
-        write_header(out, fmt, &name, ty, help);
-        out.extend_from_slice(sample_name(fmt, &name, ty).as_bytes());
-        out.push(b' ');
-        write_f64(out, v);
-        out.push(b'\n');
+    let scalar = |sink: &mut S, ty: MetricType, name: &str, help: &str, v: f64| {
+        sink.family(&format!("{PREFIX}{name}"), ty, help);
+        sink.sample("", &[], Sample::Float(v));
     };
-    let info = format!("{PREFIX}build_info");
-    write_header(
-        out,
-        fmt,
-        &info,
+    sink.family(
+        &format!("{PREFIX}build_info"),
         MetricType::Gauge,
         "Version and GPU source of this exporter; always 1.",
     );
-    write_series_start(out, &info, &snap.build_labels, &[]);
-    out.extend_from_slice(b"1\n");
+    sink.sample(&snap.build_labels, &[], Sample::Uint(1));
     scalar(
-        out,
+        sink,
         MetricType::Gauge,
         "source_up",
         "1 if the last sampling cycle reached the GPU driver, else 0.",
         if snap.source_up { 1.0 } else { 0.0 },
     );
     scalar(
-        out,
+        sink,
         MetricType::Gauge,
         "source_hung",
         "1 while a GPU call has not returned for several collect intervals, else 0.",
@@ -397,7 +547,7 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
     );
     if let Some((_, wall)) = snap.last_success {
         scalar(
-            out,
+            sink,
             MetricType::Gauge,
             "last_sample_timestamp_seconds",
             "Unix time of the last sampling cycle that reached the GPU driver.",
@@ -405,21 +555,21 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
         );
     }
     scalar(
-        out,
+        sink,
         MetricType::Gauge,
         "sample_duration_seconds",
         "Duration of the last sampling cycle.",
         snap.sample_duration.as_secs_f64(),
     );
     scalar(
-        out,
+        sink,
         MetricType::Counter,
         "samples_total",
         "Sampling cycles run.",
         snap.samples_total as f64,
     );
     scalar(
-        out,
+        sink,
         MetricType::Counter,
         "sample_failures_total",
         "Sampling cycles in which the GPU driver did not answer.",
@@ -428,21 +578,21 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
     if let Some(a) = &snap.attribution {
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         scalar(
-            out,
+            sink,
             MetricType::Gauge,
             "kubelet_up",
             "1 if the last kubelet PodResources list succeeded, else 0 (series then carry no pod labels).",
             flag(a.kubelet_up),
         );
         scalar(
-            out,
+            sink,
             MetricType::Counter,
             "kubelet_list_failures_total",
             "kubelet PodResources lists that failed or timed out.",
             a.kubelet_failures_total as f64,
         );
         scalar(
-            out,
+            sink,
             MetricType::Gauge,
             "kubelet_list_duration_seconds",
             "Duration of the last kubelet PodResources list.",
@@ -450,7 +600,7 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
         );
         if a.pod_watch {
             scalar(
-                out,
+                sink,
                 MetricType::Gauge,
                 "pod_watch_up",
                 "1 while the API server's pod watch for this node is connected and synced, else 0 (the last known pods stay in use).",
@@ -458,14 +608,14 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
             );
         }
         scalar(
-            out,
+            sink,
             MetricType::Gauge,
             "pod_devices_unmapped",
             "kubelet GPU device IDs that name no device of this node, or match no known form.",
             (a.unmapped_devices + a.unparsed_devices) as f64,
         );
         scalar(
-            out,
+            sink,
             MetricType::Gauge,
             "attribution_duration_seconds",
             "Time the last sampling cycle spent attributing devices and shares to pods.",
@@ -473,45 +623,29 @@ pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut 
         );
     }
     if !snap.field_errors.is_empty() {
-        let name = format!("{PREFIX}field_errors_total");
-        write_header(
-            out,
-            fmt,
-            &name,
+        sink.family(
+            &format!("{PREFIX}field_errors_total"),
             MetricType::Counter,
             "Failed reads per field (not-supported answers are not errors).",
         );
-        let sample = sample_name(fmt, &name, MetricType::Counter);
         for (field, n) in &snap.field_errors {
-            write_series_start(out, &sample, "", &[("field", field)]);
-            out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
-            out.push(b'\n');
+            sink.sample("", &[("field", field)], Sample::Uint(*n));
         }
     }
-    let scrape = format!("{PREFIX}scrape_duration_seconds");
-    write_help(
-        out,
-        &scrape,
+    sink.histogram(
+        &format!("{PREFIX}scrape_duration_seconds"),
         "Time to build the /metrics response, excluding this scrape.",
+        &SCRAPE_BUCKETS,
+        &stats.buckets,
+        stats.scrapes,
+        stats.duration_seconds_sum,
     );
-    let _ = writeln!(out, "# TYPE {scrape} histogram");
-    let mut cumulative = 0;
-    for (bound, n) in SCRAPE_BUCKETS.iter().zip(stats.buckets) {
-        cumulative += n;
-        let _ = writeln!(out, "{scrape}_bucket{{le=\"{bound}\"}} {cumulative}");
-    }
-    let _ = writeln!(out, "{scrape}_bucket{{le=\"+Inf\"}} {}", stats.scrapes);
-    let _ = writeln!(
-        out,
-        "{scrape}_sum {}",
-        FloatText(stats.duration_seconds_sum, false)
-    );
-    let _ = writeln!(out, "{scrape}_count {}", stats.scrapes);
 }
 
 /// A whole scrape body. `include_devices` is false when the snapshot is too old to
 /// be trusted (a hung source), so stale readings are never served as current. With
 /// `gzip`, the body is gzip-compressed (the device part compressed once per snapshot).
+/// In protobuf both parts are runs of delimited messages, so their concatenation is one.
 pub fn render(
     snap: &Snapshot,
     stats: ScrapeStats,
@@ -567,6 +701,31 @@ mod tests {
         }
         assert_eq!(fixed(f64::NAN), "NaN");
         assert_eq!(fixed(f64::INFINITY), "+Inf");
+    }
+
+    proptest::proptest! {
+        /// Protobuf values are, bit for bit, what a parser reads from the text.
+        #[test]
+        fn fixed6_value_is_what_the_text_parses_to(
+            v in proptest::prop_oneof![
+                proptest::num::f64::ANY,
+                -1e4..1e4f64,
+                -1e-5..1e-5f64,
+                -1e13..1e13f64,
+            ]
+        ) {
+            let text = fixed(v);
+            let parsed = match text.as_str() {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                t => t.parse::<f64>().expect("a number"),
+            };
+            let got = fixed6_value(v);
+            proptest::prop_assert!(
+                got.to_bits() == parsed.to_bits() || (got.is_nan() && parsed.is_nan()),
+                "{v}: text {text} parses to {parsed}, fixed6_value gives {got}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,24 @@
+//! Pure building blocks of the metrics APIs' wire format, shared by the HTTP handlers,
+//! the KEDA scaler and the tests:
+//!
+//! - [`selector`]: Kubernetes label selectors, in the string syntax of `labelSelector`
+//!   query parameters and the JSON `LabelSelector` object of `metric.selector`;
+//! - [`quantity`]: `resource.Quantity` strings (writing ours, reading anyone's, and the
+//!   HPA's milli-unit arithmetic) and `metav1.Time` timestamps;
+//! - [`status`]: `metav1.Status` error bodies and their HTTP responses.
+//!
+//! Nothing here does I/O or keeps state, so every rule can be tested in isolation and
+//! against upstream behaviour.
+
+pub mod quantity;
+pub mod selector;
+pub mod status;
+
+pub use quantity::{
+    MAX_QUANTITY_LEN, QuantityError, format_milli, format_quantity, milli_value, parse_quantity,
+    rfc3339_from_unix, rfc3339_seconds,
+};
+pub use selector::{
+    LabelLookup, Location, MAX_SELECTOR_LEN, Operator, Requirement, Selector, SelectorError,
+};
+pub use status::{ApiError, Reason};

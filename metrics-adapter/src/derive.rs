@@ -1,0 +1,268 @@
+//! From one exporter scrape to per-pod GPU values.
+//!
+//! The exporter labels a device's series with the pod holding it (whole GPU or MIG
+//! instance), and splits a shared GPU's utilisation and memory into one series per pod
+//! plus an unlabelled remainder. So a pod's value is read from the series that carry
+//! its `namespace` and `pod` labels, and never from another pod's or the device's.
+//!
+//! Per device the pod holds:
+//! - `gpu_utilization`: `DCGM_FI_DEV_GPU_UTIL`; on MIG, where NVML has none,
+//!   `DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100`;
+//! - `gpu_memory_used_bytes`: `DCGM_FI_DEV_FB_USED` (MiB) × 2^20;
+//! - `gpu_memory_utilization`: the pod's used memory over the device's capacity (every
+//!   `FB_USED` series of the device, the pods' shares and the remainder, plus `FB_FREE`);
+//! - `gpu_power_watts`: `DCGM_FI_DEV_POWER_USAGE`, only on devices held whole (power is
+//!   never split, so a shared GPU's power is nobody's);
+//! - `gpu_tensor_active`: `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE × 100`.
+//!
+//! A pod holding several devices gets the mean of the percentages and the sum of
+//! bytes and watts.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// One sample of a scrape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    /// Label pairs in exposition order.
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+impl Series {
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The metrics the adapter serves, with no configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GpuMetric {
+    Utilization,
+    MemoryUsedBytes,
+    MemoryUtilization,
+    PowerWatts,
+    TensorActive,
+}
+
+impl GpuMetric {
+    pub const ALL: [GpuMetric; 5] = [
+        GpuMetric::Utilization,
+        GpuMetric::MemoryUsedBytes,
+        GpuMetric::MemoryUtilization,
+        GpuMetric::PowerWatts,
+        GpuMetric::TensorActive,
+    ];
+
+    /// The name clients ask for.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuMetric::Utilization => "gpu_utilization",
+            GpuMetric::MemoryUsedBytes => "gpu_memory_used_bytes",
+            GpuMetric::MemoryUtilization => "gpu_memory_utilization",
+            GpuMetric::PowerWatts => "gpu_power_watts",
+            GpuMetric::TensorActive => "gpu_tensor_active",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<GpuMetric> {
+        GpuMetric::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether a pod's value over several devices is their sum (else their mean).
+    pub fn sums(self) -> bool {
+        matches!(self, GpuMetric::MemoryUsedBytes | GpuMetric::PowerWatts)
+    }
+}
+
+/// A pod, by namespace and name.
+pub type PodKey = (String, String);
+
+/// A pod's values, one per metric it has data for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodValues {
+    pub values: BTreeMap<GpuMetric, f64>,
+    /// Devices (GPUs, MIG instances, shares) the pod holds on this node.
+    pub devices: u32,
+}
+
+/// A device: its UUID and, on MIG, its GPU instance.
+type DeviceKey = (String, String);
+
+fn device_of(s: &Series) -> Option<DeviceKey> {
+    Some((
+        s.label("UUID")?.to_string(),
+        s.label("GPU_I_ID").unwrap_or("").to_string(),
+    ))
+}
+
+fn pod_of(s: &Series) -> Option<PodKey> {
+    Some((
+        s.label("namespace")?.to_string(),
+        s.label("pod")?.to_string(),
+    ))
+}
+
+/// Per-pod values from one scrape's series.
+pub fn pod_values(series: &[Series]) -> HashMap<PodKey, PodValues> {
+    // Device capacity, MiB: every FB_USED series of the device plus its FB_FREE.
+    let mut capacity: HashMap<DeviceKey, f64> = HashMap::new();
+    // (pod, device) → metric → value.
+    let mut held: BTreeMap<(PodKey, DeviceKey), BTreeMap<&'static str, f64>> = BTreeMap::new();
+    for s in series {
+        let Some(device) = device_of(s) else { continue };
+        if !s.value.is_finite() {
+            continue;
+        }
+        match s.name.as_str() {
+            "DCGM_FI_DEV_FB_USED" | "DCGM_FI_DEV_FB_FREE" => {
+                *capacity.entry(device.clone()).or_default() += s.value;
+            }
+            _ => {}
+        }
+        let field = match s.name.as_str() {
+            "DCGM_FI_DEV_GPU_UTIL" => "util",
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE" => "gr",
+            "DCGM_FI_DEV_FB_USED" => "fb_used",
+            "DCGM_FI_DEV_POWER_USAGE" => "power",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" => "tensor",
+            _ => continue,
+        };
+        if let Some(pod) = pod_of(s) {
+            held.entry((pod, device))
+                .or_default()
+                .insert(field, s.value);
+        }
+    }
+    // pod → (metric → (sum, count), devices)
+    type Sums = BTreeMap<GpuMetric, (f64, u32)>;
+    let mut acc: HashMap<PodKey, (Sums, u32)> = HashMap::new();
+    for ((pod, device), fields) in held {
+        let entry = acc.entry(pod).or_default();
+        entry.1 += 1;
+        let mig = !device.1.is_empty();
+        let util = match (fields.get("util"), fields.get("gr")) {
+            (Some(u), _) => Some(*u),
+            (None, Some(gr)) if mig => Some(gr * 100.0),
+            _ => None,
+        };
+        let used = fields.get("fb_used").copied();
+        let mem_util = used.and_then(|u| {
+            let cap = capacity.get(&device).copied().unwrap_or(0.0);
+            (cap > 0.0).then(|| u / cap * 100.0)
+        });
+        let values = [
+            (GpuMetric::Utilization, util),
+            (
+                GpuMetric::MemoryUsedBytes,
+                used.map(|mib| mib * 1_048_576.0),
+            ),
+            (GpuMetric::MemoryUtilization, mem_util),
+            (GpuMetric::PowerWatts, fields.get("power").copied()),
+            (
+                GpuMetric::TensorActive,
+                fields.get("tensor").map(|r| r * 100.0),
+            ),
+        ];
+        for (m, v) in values {
+            if let Some(v) = v {
+                let slot = entry.0.entry(m).or_insert((0.0, 0));
+                slot.0 += v;
+                slot.1 += 1;
+            }
+        }
+    }
+    acc.into_iter()
+        .map(|(pod, (metrics, devices))| {
+            let values = metrics
+                .into_iter()
+                .map(|(m, (sum, n))| (m, if m.sums() { sum } else { sum / f64::from(n) }))
+                .collect();
+            (pod, PodValues { values, devices })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(name: &str, labels: &[(&str, &str)], value: f64) -> Series {
+        Series {
+            name: name.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            value,
+        }
+    }
+
+    fn key(ns: &str, pod: &str) -> PodKey {
+        (ns.into(), pod.into())
+    }
+
+    #[test]
+    fn whole_gpus_shares_and_mig_each_give_the_pod_its_own_value() {
+        let g0 = [("UUID", "GPU-0"), ("namespace", "ml"), ("pod", "a")];
+        let g1 = [("UUID", "GPU-1"), ("namespace", "ml"), ("pod", "a")];
+        let shared_b = [("UUID", "GPU-2"), ("namespace", "ml"), ("pod", "b")];
+        let shared_rest = [("UUID", "GPU-2")];
+        let mig = [
+            ("UUID", "GPU-3"),
+            ("GPU_I_ID", "1"),
+            ("namespace", "ml"),
+            ("pod", "c"),
+        ];
+        let series = vec![
+            s("DCGM_FI_DEV_GPU_UTIL", &g0, 80.0),
+            s("DCGM_FI_DEV_GPU_UTIL", &g1, 60.0),
+            s("DCGM_FI_DEV_POWER_USAGE", &g0, 300.0),
+            s("DCGM_FI_DEV_POWER_USAGE", &g1, 200.0),
+            s("DCGM_FI_DEV_FB_USED", &g0, 1024.0),
+            s("DCGM_FI_DEV_FB_FREE", &g0, 3072.0),
+            s("DCGM_FI_DEV_GPU_UTIL", &shared_b, 30.0),
+            s("DCGM_FI_DEV_GPU_UTIL", &shared_rest, 10.0),
+            s("DCGM_FI_DEV_FB_USED", &shared_b, 500.0),
+            s("DCGM_FI_DEV_FB_USED", &shared_rest, 500.0),
+            s("DCGM_FI_DEV_FB_FREE", &shared_rest, 1000.0),
+            s("DCGM_FI_DEV_POWER_USAGE", &shared_rest, 250.0),
+            s("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &mig, 0.42),
+        ];
+        let v = pod_values(&series);
+        let a = &v[&key("ml", "a")];
+        assert_eq!(a.devices, 2);
+        assert_eq!(
+            a.values[&GpuMetric::Utilization],
+            70.0,
+            "mean over its GPUs"
+        );
+        assert_eq!(a.values[&GpuMetric::PowerWatts], 500.0, "sum over its GPUs");
+        assert_eq!(a.values[&GpuMetric::MemoryUsedBytes], 1024.0 * 1_048_576.0);
+        assert_eq!(a.values[&GpuMetric::MemoryUtilization], 25.0);
+        let b = &v[&key("ml", "b")];
+        assert_eq!(
+            b.values[&GpuMetric::Utilization],
+            30.0,
+            "its share, not the device"
+        );
+        assert_eq!(
+            b.values[&GpuMetric::MemoryUtilization],
+            25.0,
+            "500 of 2000 MiB"
+        );
+        assert!(
+            !b.values.contains_key(&GpuMetric::PowerWatts),
+            "power is never split"
+        );
+        let c = &v[&key("ml", "c")];
+        assert!(
+            (c.values[&GpuMetric::Utilization] - 42.0).abs() < 1e-9,
+            "GR engine on MIG"
+        );
+        assert_eq!(v.len(), 3, "the unlabelled remainder is nobody's");
+    }
+}

@@ -1,0 +1,424 @@
+//! The HTTP APIs: custom.metrics.k8s.io v1beta2 and v1beta1, external.metrics.k8s.io
+//! v1beta1, their discovery documents, and health. Every error is a Kubernetes
+//! `Status`; unknown paths are 404 `Status`, never a plain-text body.
+
+use crate::api::quantity::{format_quantity, rfc3339_seconds};
+use crate::api::selector::Selector;
+use crate::api::status::ApiError;
+use crate::derive::GpuMetric;
+use crate::pods::{PodIndex, Workload};
+use crate::query::{self, Answer, QueryError, Scope};
+use crate::source::Fleet;
+use arc_swap::ArcSwap;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const CUSTOM_GROUP: &str = "custom.metrics.k8s.io";
+pub const EXTERNAL_GROUP: &str = "external.metrics.k8s.io";
+
+/// Longest query string accepted.
+const MAX_QUERY_BYTES: usize = 8192;
+
+/// What the handlers read.
+pub struct AppState {
+    pub fleet: Arc<ArcSwap<Fleet>>,
+    pub pods: Arc<ArcSwap<PodIndex>>,
+    pub staleness: Duration,
+    pub window_seconds: u64,
+}
+
+type Shared = State<Arc<AppState>>;
+
+/// The object resources whose metrics are the mean over their pods.
+const WORKLOADS: [&str; 3] = ["deployments.apps", "statefulsets.apps", "replicasets.apps"];
+
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/apis", get(group_list))
+        .route("/apis/{group}", get(group))
+        .route("/apis/{group}/{version}", get(resource_list))
+        .route(
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric}",
+            get(external),
+        )
+        .route(
+            "/apis/custom.metrics.k8s.io/{version}/namespaces/{ns}/metrics/{metric}",
+            get(custom_namespace),
+        )
+        .route(
+            "/apis/custom.metrics.k8s.io/{version}/namespaces/{ns}/{resource}/{name}/{metric}",
+            get(custom_namespaced),
+        )
+        .route(
+            "/apis/custom.metrics.k8s.io/{version}/{resource}/{name}/{metric}",
+            get(custom_cluster),
+        )
+        .fallback(|| async {
+            ApiError::not_found("the server could not find the requested resource")
+        })
+        .with_state(state)
+}
+
+async fn readyz(State(s): Shared) -> Response {
+    let fleet = s.fleet.load();
+    match fleet.last_answer {
+        Some(t) if t.elapsed() <= s.staleness => "ok".into_response(),
+        Some(t) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "no exporter has answered for {:.1}s",
+                t.elapsed().as_secs_f64()
+            ),
+        )
+            .into_response(),
+        None => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "no exporter has answered yet",
+        )
+            .into_response(),
+    }
+}
+
+fn versions(group: &str) -> Option<&'static [&'static str]> {
+    match group {
+        CUSTOM_GROUP => Some(&["v1beta2", "v1beta1"]),
+        EXTERNAL_GROUP => Some(&["v1beta1"]),
+        _ => None,
+    }
+}
+
+fn api_group(group: &str, versions: &[&str]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "versions": vs, "preferredVersion": vs[0]})
+}
+
+async fn group_list() -> Json<Value> {
+    Json(json!({
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            api_group(CUSTOM_GROUP, &["v1beta2", "v1beta1"]),
+            api_group(EXTERNAL_GROUP, &["v1beta1"]),
+        ],
+    }))
+}
+
+async fn group(Path(group): Path<String>) -> Response {
+    match versions(&group) {
+        Some(v) => {
+            let mut g = api_group(&group, v);
+            g["kind"] = json!("APIGroup");
+            g["apiVersion"] = json!("v1");
+            Json(g).into_response()
+        }
+        None => ApiError::not_found(format!("the server could not find the group {group:?}"))
+            .into_response(),
+    }
+}
+
+/// Discovery: the metrics the adapter serves, per resource they describe. Static, so
+/// the aggregator's availability probe is answered at once.
+async fn resource_list(Path((group, version)): Path<(String, String)>) -> Response {
+    if !versions(&group).is_some_and(|v| v.contains(&version.as_str())) {
+        return ApiError::not_found(format!(
+            "the server could not find the group version {group}/{version}"
+        ))
+        .into_response();
+    }
+    let mut resources = Vec::new();
+    for m in GpuMetric::ALL {
+        if group == EXTERNAL_GROUP {
+            resources.push(
+                json!({"name": m.name(), "singularName": "", "namespaced": true,
+                "kind": "ExternalMetricValueList", "verbs": ["get"]}),
+            );
+            continue;
+        }
+        for r in ["pods"].iter().chain(WORKLOADS.iter()) {
+            resources.push(
+                json!({"name": format!("{r}/{}", m.name()), "singularName": "",
+                "namespaced": true, "kind": "MetricValueList", "verbs": ["get"]}),
+            );
+        }
+        resources.push(
+            json!({"name": format!("namespaces/{}", m.name()), "singularName": "",
+            "namespaced": false, "kind": "MetricValueList", "verbs": ["get"]}),
+        );
+    }
+    Json(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{group}/{version}"),
+        "resources": resources,
+    }))
+    .into_response()
+}
+
+/// Query parameters: selectors, with anything else generic clients send ignored.
+fn selector(params: &HashMap<String, String>, name: &str) -> Result<Selector, ApiError> {
+    let text = params.get(name).map(String::as_str).unwrap_or("");
+    Selector::parse(text).map_err(|e| ApiError::bad_request(format!("invalid {name}: {e}")))
+}
+
+fn check_query(raw: Option<&str>) -> Result<(), ApiError> {
+    match raw {
+        Some(q) if q.len() > MAX_QUERY_BYTES => Err(ApiError::bad_request(format!(
+            "query string of {} bytes exceeds the limit of {MAX_QUERY_BYTES}",
+            q.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn metric_of(name: &str, resource: &str) -> Result<GpuMetric, ApiError> {
+    GpuMetric::from_name(name).ok_or_else(|| ApiError::metric_not_found(name, resource))
+}
+
+fn custom_version(v: &str) -> Result<bool, ApiError> {
+    match v {
+        "v1beta2" => Ok(true),
+        "v1beta1" => Ok(false),
+        _ => Err(ApiError::not_found(format!(
+            "the server could not find the group version {CUSTOM_GROUP}/{v}"
+        ))),
+    }
+}
+
+fn answer(
+    s: &AppState,
+    ns: &str,
+    scope: &Scope<'_>,
+    metric: GpuMetric,
+) -> Result<Answer, ApiError> {
+    let a = query::pod_values(
+        &s.fleet.load(),
+        &s.pods.load(),
+        ns,
+        scope,
+        metric,
+        Instant::now(),
+        s.staleness,
+    )
+    .map_err(|e| match e {
+        QueryError::PodsUnknown => {
+            ApiError::unavailable("pod labels are not known yet (the pod watch has not synced)")
+        }
+    })?;
+    if a.stale > 0 {
+        tracing::info!(
+            namespace = ns,
+            metric = metric.name(),
+            fresh = a.values.len(),
+            stale = a.stale,
+            "answering from fresh pods only"
+        );
+    }
+    Ok(a)
+}
+
+fn no_data(metric: GpuMetric, what: &str, a: &Answer) -> ApiError {
+    ApiError::not_found(format!(
+        "no fresh {} for {what} ({} pods with stale data, {} without data)",
+        metric.name(),
+        a.stale,
+        a.missing
+    ))
+}
+
+/// One MetricValue in the version's shape.
+fn metric_value(
+    v2: bool,
+    object: Value,
+    metric: GpuMetric,
+    sel: &Selector,
+    value: f64,
+    at: std::time::SystemTime,
+    window: u64,
+) -> Option<Value> {
+    let q = format_quantity(value)?;
+    let selector = if sel.is_empty() {
+        Value::Null
+    } else {
+        sel.to_label_selector()
+    };
+    Some(if v2 {
+        json!({"describedObject": object, "metric": {"name": metric.name(), "selector": selector},
+            "timestamp": rfc3339_seconds(at), "windowSeconds": window, "value": q})
+    } else {
+        json!({"describedObject": object, "metricName": metric.name(),
+            "timestamp": rfc3339_seconds(at), "window": window, "value": q, "selector": selector})
+    })
+}
+
+fn value_list(v2: bool, items: Vec<Value>) -> Json<Value> {
+    Json(json!({
+        "kind": "MetricValueList",
+        "apiVersion": format!("{CUSTOM_GROUP}/{}", if v2 { "v1beta2" } else { "v1beta1" }),
+        "metadata": {},
+        "items": items,
+    }))
+}
+
+async fn custom_namespaced(
+    State(s): Shared,
+    Path((version, ns, resource, name, metric)): Path<(String, String, String, String, String)>,
+    Query(params): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
+) -> Result<Json<Value>, ApiError> {
+    check_query(uri.query())?;
+    let v2 = custom_version(&version)?;
+    let metric_sel = selector(&params, "metricLabelSelector")?;
+    let label_sel = selector(&params, "labelSelector")?;
+    let gm = metric_of(&metric, &resource)?;
+    // Our metrics carry no labels: a metric selector either matches the empty set or
+    // nothing.
+    let no_labels: [(&str, &str); 0] = [];
+    let metric_matches = metric_sel.matches(&no_labels[..]);
+    if resource == "pods" {
+        let scope = if name == "*" {
+            Scope::Selected(&label_sel)
+        } else {
+            Scope::Pod(&name)
+        };
+        let a = answer(&s, &ns, &scope, gm)?;
+        let items: Vec<Value> = a
+            .values
+            .iter()
+            .filter(|_| metric_matches)
+            .filter_map(|p| {
+                metric_value(
+                    v2,
+                    json!({"kind": "Pod", "namespace": ns, "name": p.pod, "apiVersion": "v1"}),
+                    gm,
+                    &metric_sel,
+                    p.value,
+                    p.at,
+                    s.window_seconds,
+                )
+            })
+            .collect();
+        if items.is_empty() {
+            return Err(no_data(gm, &format!("pods {name} in {ns}"), &a));
+        }
+        return Ok(value_list(v2, items));
+    }
+    let Some(resource) = WORKLOADS.iter().find(|r| **r == resource) else {
+        return Err(ApiError::metric_not_found(&metric, &resource));
+    };
+    if name == "*" {
+        return Err(ApiError::bad_request(format!(
+            "{resource}: name one object (a workload's metric is the mean over its pods)"
+        )));
+    }
+    let w = Workload {
+        resource,
+        name: name.clone(),
+    };
+    let a = answer(&s, &ns, &Scope::Workload(&w), gm)?;
+    let (mean, at) = a
+        .mean()
+        .filter(|_| metric_matches)
+        .ok_or_else(|| no_data(gm, &format!("{resource} {ns}/{name}"), &a))?;
+    let (kind, api_version) = match *resource {
+        "deployments.apps" => ("Deployment", "apps/v1"),
+        "statefulsets.apps" => ("StatefulSet", "apps/v1"),
+        _ => ("ReplicaSet", "apps/v1"),
+    };
+    let item = metric_value(
+        v2,
+        json!({"kind": kind, "namespace": ns, "name": name, "apiVersion": api_version}),
+        gm,
+        &metric_sel,
+        mean,
+        at,
+        s.window_seconds,
+    )
+    .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
+    Ok(value_list(v2, vec![item]))
+}
+
+async fn custom_namespace(
+    State(s): Shared,
+    Path((version, ns, metric)): Path<(String, String, String)>,
+    Query(params): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
+) -> Result<Json<Value>, ApiError> {
+    check_query(uri.query())?;
+    let v2 = custom_version(&version)?;
+    let metric_sel = selector(&params, "metricLabelSelector")?;
+    let gm = metric_of(&metric, "namespaces")?;
+    let a = answer(&s, &ns, &Scope::Namespace, gm)?;
+    let (mean, at) = a
+        .mean()
+        .ok_or_else(|| no_data(gm, &format!("namespace {ns}"), &a))?;
+    let item = metric_value(
+        v2,
+        json!({"kind": "Namespace", "name": ns, "apiVersion": "v1"}),
+        gm,
+        &metric_sel,
+        mean,
+        at,
+        s.window_seconds,
+    )
+    .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
+    Ok(value_list(v2, vec![item]))
+}
+
+async fn custom_cluster(
+    Path((version, resource, _name, metric)): Path<(String, String, String, String)>,
+) -> ApiError {
+    if let Err(e) = custom_version(&version) {
+        return e;
+    }
+    ApiError::metric_not_found(&metric, &resource)
+}
+
+async fn external(
+    State(s): Shared,
+    Path((ns, metric)): Path<(String, String)>,
+    Query(params): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
+) -> Result<Json<Value>, ApiError> {
+    check_query(uri.query())?;
+    let label_sel = selector(&params, "labelSelector")?;
+    let gm = metric_of(&metric, "namespaces")?;
+    let a = answer(&s, &ns, &Scope::Selected(&label_sel), gm)?;
+    // One item per pod: an HPA sums the items, so `AverageValue` divides that sum by
+    // the replicas and keeps "average per pod at T".
+    let items: Vec<Value> = a
+        .values
+        .iter()
+        .filter_map(|p| {
+            Some(
+                json!({"metricName": gm.name(), "metricLabels": {"pod": p.pod},
+                "timestamp": rfc3339_seconds(p.at), "window": s.window_seconds,
+                "value": format_quantity(p.value)?}),
+            )
+        })
+        .collect();
+    if items.is_empty() {
+        return Err(no_data(
+            gm,
+            &format!("pods matching {label_sel} in {ns}"),
+            &a,
+        ));
+    }
+    Ok(Json(json!({
+        "kind": "ExternalMetricValueList",
+        "apiVersion": format!("{EXTERNAL_GROUP}/v1beta1"),
+        "metadata": {},
+        "items": items,
+    })))
+}

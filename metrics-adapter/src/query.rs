@@ -1,0 +1,249 @@
+//! Answers to metric queries over the latest fleet view and the pod index: which pods
+//! an object covers, which of their values are fresh, and how they combine.
+//!
+//! Deterministic by construction, so two replicas with the same data answer the same:
+//! pods are visited in name order and combined in that order.
+
+use crate::derive::{GpuMetric, PodKey};
+use crate::pods::{PodIndex, Workload};
+use crate::source::{Fleet, Observed};
+use std::time::{Duration, Instant, SystemTime};
+
+/// One pod's fresh value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodValue {
+    pub pod: String,
+    pub value: f64,
+    pub at: SystemTime,
+}
+
+/// The pods a query covers, and how many had no fresh value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    pub values: Vec<PodValue>,
+    /// Pods covered but left out: stale data.
+    pub stale: usize,
+    /// Pods covered with no data at all (no GPU, or not scraped).
+    pub missing: usize,
+}
+
+impl Answer {
+    /// The mean of the pods' values and the oldest timestamp among them.
+    pub fn mean(&self) -> Option<(f64, SystemTime)> {
+        if self.values.is_empty() {
+            return None;
+        }
+        let sum: f64 = self.values.iter().map(|v| v.value).sum();
+        let oldest = self.values.iter().map(|v| v.at).min()?;
+        Some((sum / self.values.len() as f64, oldest))
+    }
+}
+
+/// Which pods of a namespace a query covers.
+#[derive(Debug, Clone)]
+pub enum Scope<'a> {
+    /// One pod by name.
+    Pod(&'a str),
+    /// Pods matching a selector over pod labels (empty: every pod).
+    Selected(&'a crate::api::selector::Selector),
+    /// The pods of a workload.
+    Workload(&'a Workload),
+    /// Every pod of the namespace.
+    Namespace,
+}
+
+/// Why a query cannot be answered from what is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueryError {
+    /// A selector or workload needs pod labels or owners, and the pod watch has not
+    /// synced yet.
+    PodsUnknown,
+}
+
+fn fresh(o: &Observed, metric: GpuMetric, now: Instant, staleness: Duration) -> Option<f64> {
+    (now.saturating_duration_since(o.seen) <= staleness)
+        .then(|| o.values.values.get(&metric).copied())
+        .flatten()
+}
+
+/// The fresh values of `metric` for the pods `scope` covers in `namespace`.
+pub fn pod_values(
+    fleet: &Fleet,
+    pods: &PodIndex,
+    namespace: &str,
+    scope: &Scope<'_>,
+    metric: GpuMetric,
+    now: Instant,
+    staleness: Duration,
+) -> Result<Answer, QueryError> {
+    // The covered pods' names, sorted.
+    let mut names: Vec<&str> = match scope {
+        Scope::Pod(name) => vec![name],
+        Scope::Selected(sel) if sel.is_empty() => {
+            // No selector: every pod with data, even before the pod watch syncs.
+            let mut n: Vec<&str> = fleet
+                .pods
+                .keys()
+                .filter(|(ns, _)| ns == namespace)
+                .map(|(_, name)| name.as_str())
+                .collect();
+            if pods.synced {
+                n.extend(
+                    pods.pods
+                        .keys()
+                        .filter(|(ns, _)| ns == namespace)
+                        .map(|(_, name)| name.as_str()),
+                );
+            }
+            n
+        }
+        Scope::Namespace => fleet
+            .pods
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .map(|(_, name)| name.as_str())
+            .collect(),
+        Scope::Selected(sel) => {
+            if !pods.synced {
+                return Err(QueryError::PodsUnknown);
+            }
+            pods.pods
+                .iter()
+                .filter(|((ns, _), info)| ns == namespace && sel.matches(&info.labels))
+                .map(|((_, name), _)| name.as_str())
+                .collect()
+        }
+        Scope::Workload(w) => {
+            if !pods.synced {
+                return Err(QueryError::PodsUnknown);
+            }
+            pods.pods
+                .iter()
+                .filter(|((ns, _), info)| ns == namespace && info.workloads.contains(w))
+                .map(|((_, name), _)| name.as_str())
+                .collect()
+        }
+    };
+    names.sort_unstable();
+    names.dedup();
+    let mut answer = Answer::default();
+    for name in names {
+        let key: PodKey = (namespace.to_string(), name.to_string());
+        match fleet.pods.get(&key) {
+            Some(o) => match fresh(o, metric, now, staleness) {
+                Some(value) => answer.values.push(PodValue {
+                    pod: name.to_string(),
+                    value,
+                    at: o.at,
+                }),
+                None if now.saturating_duration_since(o.seen) > staleness => answer.stale += 1,
+                None => answer.missing += 1,
+            },
+            None => answer.missing += 1,
+        }
+    }
+    Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::selector::Selector;
+    use crate::derive::PodValues;
+    use crate::pods::PodInfo;
+
+    fn fleet(now: Instant) -> Fleet {
+        let mut f = Fleet::default();
+        let mut add = |name: &str, util: f64, age: Duration| {
+            let mut v = PodValues::default();
+            v.values.insert(GpuMetric::Utilization, util);
+            f.pods.insert(
+                ("ns".into(), name.into()),
+                Observed {
+                    values: v,
+                    at: SystemTime::UNIX_EPOCH,
+                    seen: now - age,
+                },
+            );
+        };
+        add("web-1", 80.0, Duration::from_secs(1));
+        add("web-0", 60.0, Duration::from_secs(1));
+        add("web-2", 99.0, Duration::from_secs(60));
+        f
+    }
+
+    fn index() -> PodIndex {
+        let mut p = PodIndex {
+            synced: true,
+            up: true,
+            ..PodIndex::default()
+        };
+        for name in ["web-0", "web-1", "web-2", "web-3"] {
+            p.pods.insert(
+                ("ns".into(), name.into()),
+                PodInfo {
+                    labels: [("app".to_string(), "web".to_string())].into(),
+                    workloads: vec![Workload {
+                        resource: "deployments.apps",
+                        name: "web".into(),
+                    }],
+                },
+            );
+        }
+        p
+    }
+
+    #[test]
+    fn stale_and_missing_pods_are_left_out_and_counted() {
+        let now = Instant::now() + Duration::from_secs(120);
+        let sel = Selector::parse("app=web").unwrap();
+        let a = pod_values(
+            &fleet(now),
+            &index(),
+            "ns",
+            &Scope::Selected(&sel),
+            GpuMetric::Utilization,
+            now,
+            Duration::from_secs(6),
+        )
+        .unwrap();
+        let names: Vec<&str> = a.values.iter().map(|v| v.pod.as_str()).collect();
+        assert_eq!(names, ["web-0", "web-1"], "sorted, fresh only");
+        assert_eq!((a.stale, a.missing), (1, 1));
+        assert_eq!(a.mean().map(|m| m.0), Some(70.0));
+    }
+
+    #[test]
+    fn selectors_and_workloads_wait_for_the_pod_watch() {
+        let now = Instant::now() + Duration::from_secs(120);
+        let sel = Selector::parse("app=web").unwrap();
+        let unsynced = PodIndex::default();
+        assert_eq!(
+            pod_values(
+                &fleet(now),
+                &unsynced,
+                "ns",
+                &Scope::Selected(&sel),
+                GpuMetric::Utilization,
+                now,
+                Duration::from_secs(6)
+            ),
+            Err(QueryError::PodsUnknown)
+        );
+        let w = Workload {
+            resource: "deployments.apps",
+            name: "web".into(),
+        };
+        let a = pod_values(
+            &fleet(now),
+            &index(),
+            "ns",
+            &Scope::Workload(&w),
+            GpuMetric::Utilization,
+            now,
+            Duration::from_secs(6),
+        )
+        .unwrap();
+        assert_eq!(a.values.len(), 2);
+    }
+}

@@ -1,0 +1,164 @@
+//! The direct source: scrape every exporter concurrently each interval, keep the
+//! latest per-pod values with when they were taken, and publish them atomically.
+//!
+//! A failed or slow exporter keeps its last values with their old timestamp, so they
+//! age out of answers after `--max-staleness` instead of vanishing at the first blip.
+
+use crate::derive::{PodKey, PodValues, Series, pod_values};
+use arc_swap::ArcSwap;
+use axum::body::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Empty, Limited};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// The most exporters scraped at once.
+const CONCURRENCY: usize = 256;
+/// Largest scrape body accepted (a big node's full scrape is ~200 KB).
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// What the exporters last said about one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub values: PodValues,
+    /// When the scrape that produced these values finished.
+    pub at: SystemTime,
+    pub seen: Instant,
+}
+
+/// The latest view of the fleet.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    pub pods: HashMap<PodKey, Observed>,
+    /// Targets in the last round, and how many answered.
+    pub targets: usize,
+    pub answered: usize,
+    /// When a round last got at least one answer.
+    pub last_answer: Option<Instant>,
+}
+
+/// Turns a scrape body into series.
+pub type Decoder = fn(content_type: &str, body: &[u8]) -> Result<Vec<Series>, String>;
+
+/// How to scrape.
+#[derive(Debug, Clone)]
+pub struct ScrapeOptions {
+    pub targets: Vec<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// The `Accept` header to send.
+    pub accept: &'static str,
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Empty<Bytes>,
+>;
+
+async fn scrape_one(
+    client: &Client,
+    url: &str,
+    opts: &ScrapeOptions,
+    decode: Decoder,
+) -> Result<Vec<Series>, String> {
+    let request = axum::http::Request::get(url)
+        .header(axum::http::header::ACCEPT, opts.accept)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("bad URL: {e}"))?;
+    let work = async {
+        let response = client.request(request).await.map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("HTTP {}", response.status()));
+        }
+        let content_type = response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the body: {e}"))?
+            .to_bytes();
+        decode(&content_type, &body)
+    };
+    tokio::time::timeout(opts.timeout, work)
+        .await
+        .map_err(|_| format!("no answer within {:?}", opts.timeout))?
+}
+
+/// Scrape forever, publishing into `store` after every round.
+pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>>) {
+    let client: Client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(opts.interval * 4)
+            .build_http();
+    // Per target: its pods and when, kept across rounds so a failure ages them out.
+    let mut per_target: HashMap<String, (HashMap<PodKey, PodValues>, SystemTime, Instant)> =
+        HashMap::new();
+    let mut failing: HashMap<String, String> = HashMap::new();
+    let mut last_answer = None;
+    let mut ticker = tokio::time::interval(opts.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let results: Vec<(String, Result<Vec<Series>, String>)> =
+            futures_util::stream::iter(opts.targets.iter().cloned())
+                .map(|url| {
+                    let client = &client;
+                    let opts = &opts;
+                    async move {
+                        let r = scrape_one(client, &url, opts, decode).await;
+                        (url, r)
+                    }
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+        let mut answered = 0;
+        for (url, result) in results {
+            match result {
+                Ok(series) => {
+                    answered += 1;
+                    if failing.remove(&url).is_some() {
+                        tracing::info!(target = %url, "exporter answers again");
+                    }
+                    per_target.insert(
+                        url,
+                        (pod_values(&series), SystemTime::now(), Instant::now()),
+                    );
+                }
+                Err(e) => {
+                    if !failing.contains_key(&url) {
+                        tracing::warn!(target = %url, error = %e, "exporter scrape failed; its pods' values age out after the staleness limit");
+                    }
+                    failing.insert(url, e);
+                }
+            }
+        }
+        if answered > 0 {
+            last_answer = Some(Instant::now());
+        }
+        let mut pods = HashMap::new();
+        for (values, at, seen) in per_target.values() {
+            for (pod, v) in values {
+                pods.insert(
+                    pod.clone(),
+                    Observed {
+                        values: v.clone(),
+                        at: *at,
+                        seen: *seen,
+                    },
+                );
+            }
+        }
+        store.store(Arc::new(Fleet {
+            pods,
+            targets: opts.targets.len(),
+            answered,
+            last_answer,
+        }));
+    }
+}

@@ -1,0 +1,421 @@
+//! gpu-metrics-adapter end to end, direct source: a real exporter (simulated GPUs,
+//! attributed to pods through the simulated Kubernetes node) scraped by the real
+//! adapter over the protobuf exposition; answers checked against the scenario, through
+//! plain HTTP, through `kubectl get --raw`, and through the HPA's replica formula.
+
+use e2e_tests::{Exporter, KubeNode, Process, binary, get, scratch_dir, wait_for, workspace};
+use gpu_metrics_adapter::api::quantity::milli_value;
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+const SCENARIO: &str = "tests/fixtures/pods-node.toml";
+
+struct Adapter {
+    process: Process,
+    base: String,
+}
+
+impl Adapter {
+    fn start(exporter: &Exporter, node: &KubeNode, extra: &[&str]) -> Adapter {
+        let mut cmd = Command::new(binary("gpu-metrics-adapter"));
+        cmd.current_dir(workspace())
+            .args([
+                "--insecure-serve-http",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                "0",
+                "--grpc-port",
+                "0",
+            ])
+            .args(["--exporter-url", &exporter.url("/metrics")])
+            .args(["--scrape-interval", "300ms", "--kubeconfig"])
+            .arg(node.kubeconfig())
+            .args(extra)
+            .env("RUST_LOG", "info");
+        let mut process = Process::spawn(cmd);
+        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
+        let addr = line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address")
+            .to_string();
+        Adapter {
+            process,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let (status, body) = get(&format!("{}{path}", self.base));
+        let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        (status, json)
+    }
+
+    /// Wait for a 200 answer to `path` and return it.
+    fn ok(&self, path: &str) -> Value {
+        wait_for(path, Duration::from_secs(30), || {
+            let (status, v) = self.get(path);
+            (status == 200).then_some(v)
+        })
+    }
+}
+
+fn exporter(node: &KubeNode) -> Exporter {
+    let socket = node.socket().display().to_string();
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let proc_root = node.proc_root().display().to_string();
+    Exporter::start(
+        &[
+            &format!("--simulate={SCENARIO}"),
+            "-c",
+            "200",
+            "-k",
+            "--kubernetes-refresh-interval",
+            "200ms",
+            "--pod-resources-kubelet-socket",
+            &socket,
+            "--kubeconfig",
+            &kubeconfig,
+            "--proc-root",
+            &proc_root,
+        ],
+        &[("NODE_NAME", "node-a")],
+    )
+}
+
+/// (pod name, milli-value) of a MetricValueList or ExternalMetricValueList.
+fn items(v: &Value) -> Vec<(String, i64)> {
+    v["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no items in {v}"))
+        .iter()
+        .map(|i| {
+            let name = i["describedObject"]["name"]
+                .as_str()
+                .or_else(|| i["metricLabels"]["pod"].as_str())
+                .unwrap_or("")
+                .to_string();
+            let q = i["value"].as_str().expect("quantity string");
+            (name, milli_value(q).expect("valid quantity"))
+        })
+        .collect()
+}
+
+/// The HPA's replica count for a Pods or External `AverageValue` target, from the
+/// adapter's per-pod items (kubernetes/kubernetes replica_calculator.go, no missing or
+/// unready pods): usage is the sum of milli-values; within 10 % tolerance the count
+/// stays, else ceil(usage / target).
+fn hpa_average_value(current: i64, items: &[(String, i64)], target_milli: i64) -> i64 {
+    let usage: i64 = items.iter().map(|(_, m)| m).sum();
+    let ratio = usage as f64 / (target_milli as f64 * current as f64);
+    if (0.9..=1.1).contains(&ratio) {
+        current
+    } else {
+        (usage as f64 / target_milli as f64).ceil() as i64
+    }
+}
+
+#[test]
+fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let a = Adapter::start(&e, &node, &[]);
+
+    // Discovery, as the aggregator's availability probe asks it.
+    let (status, disc) = a.get("/apis/custom.metrics.k8s.io/v1beta2");
+    assert_eq!(status, 200);
+    assert!(
+        disc["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pods/gpu_utilization")
+    );
+    assert_eq!(a.get("/apis/external.metrics.k8s.io/v1beta1").0, 200);
+
+    // Pods metric over the time-sliced GPU: each pod's own share (54 and 18 of the
+    // device's 90 at the frozen second), not the device's value copied.
+    let v = a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization?labelSelector=app%3Dresnet-inference");
+    assert_eq!(v["kind"], "MetricValueList");
+    assert_eq!(v["apiVersion"], "custom.metrics.k8s.io/v1beta2");
+    assert_eq!(
+        items(&v),
+        vec![
+            ("share-a".to_string(), 54_000),
+            ("share-b".to_string(), 18_000)
+        ]
+    );
+    assert_eq!(v["items"][0]["describedObject"]["kind"], "Pod");
+    assert_eq!(v["items"][0]["metric"]["name"], "gpu_utilization");
+    assert!(v["items"][0]["timestamp"].as_str().unwrap().ends_with('Z'));
+    // HPA: Pods AverageValue target 30 % per pod: usage 72 over 2 pods, r = 1.2 → 3.
+    assert_eq!(hpa_average_value(2, &items(&v), 30_000), 3);
+    // The classic mistake would be one pre-averaged value with AverageValue: the HPA
+    // would divide 36 by the replicas again. Per-pod items keep the formula right.
+
+    // v1beta1 differs only in field names.
+    let v1 = a.ok(
+        "/apis/custom.metrics.k8s.io/v1beta1/namespaces/inference/pods/share-a/gpu_utilization",
+    );
+    assert_eq!(v1["items"][0]["metricName"], "gpu_utilization");
+    assert_eq!(items(&v1), vec![("share-a".to_string(), 54_000)]);
+
+    // Memory of a pod holding a whole GPU: its 40 GiB process.
+    let m = a
+        .ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes");
+    assert_eq!(
+        items(&m),
+        vec![("train-0".to_string(), 40_960 * 1_048_576 * 1000)]
+    );
+
+    // External: one item per pod, so AverageValue keeps "average per pod".
+    let x = a.ok("/apis/external.metrics.k8s.io/v1beta1/namespaces/inference/gpu_utilization?labelSelector=app%3Dresnet-inference");
+    assert_eq!(x["kind"], "ExternalMetricValueList");
+    assert_eq!(items(&x).len(), 2);
+    assert_eq!(
+        hpa_average_value(2, &items(&x), 36_000),
+        2,
+        "on target: stays"
+    );
+
+    // The namespace object: the mean over its pods.
+    let ns =
+        a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/metrics/gpu_utilization");
+    assert_eq!(items(&ns), vec![("inference".to_string(), 36_000)]);
+}
+
+#[test]
+fn bad_requests_get_kubernetes_status_errors() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let a = Adapter::start(&e, &node, &[]);
+    a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization");
+    let long = "a".repeat(10_000);
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/no_such_metric".into(), 404, "NotFound"),
+        ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization?labelSelector=app%3D%3D%3D".into(), 400, "BadRequest"),
+        ("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/bar".into(), 404, "NotFound"),
+        ("/apis/custom.metrics.k8s.io/v9/namespaces/ml/pods/*/gpu_utilization".into(), 404, "NotFound"),
+        ("/apis/external.metrics.k8s.io/v1beta1/nonexistent-metric".into(), 404, "NotFound"),
+        ("/apis/external.metrics.k8s.io/v1beta1/namespaces/foo".into(), 404, "NotFound"),
+        ("/apis/external.metrics.k8s.io/v1beta1/namespaces/foo/group/metric".into(), 404, "NotFound"),
+        ("/apis/external.metrics.k8s.io/v1beta1/namespaces/nobody/gpu_utilization".into(), 404, "NotFound"),
+        ("/apis/nope.example.com/v1/a/b/c/d/e".into(), 404, "NotFound"),
+        ("/openapi/v2".into(), 404, "NotFound"),
+        ("/openapi/v3".into(), 404, "NotFound"),
+        (format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization?labelSelector={long}"), 400, "BadRequest"),
+    ];
+    for (path, code, reason) in cases {
+        let (status, body) = a.get(&path);
+        assert_eq!(status, code, "{path}: {body}");
+        assert_eq!(body["kind"], "Status", "{path}: {body}");
+        assert_eq!(body["reason"], reason, "{path}: {body}");
+        assert_eq!(body["code"], code, "{path}: {body}");
+    }
+}
+
+#[test]
+fn stale_data_is_never_served_and_readyz_follows_the_source() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let a = Adapter::start(&e, &node, &["--max-staleness", "1s"]);
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_utilization";
+    a.ok(path);
+    assert_eq!(get(&format!("{}/readyz", a.base)).0, 200);
+    let killed = Command::new("kill")
+        .arg(e.process.pid().to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let (status, body) = wait_for("stale → 404", Duration::from_secs(30), || {
+        let (s, b) = a.get(path);
+        (s == 404).then_some((s, b))
+    });
+    assert_eq!(body["reason"], "NotFound", "{status}: {body}");
+    wait_for("not ready", Duration::from_secs(30), || {
+        (get(&format!("{}/readyz", a.base)).0 == 503).then_some(())
+    });
+    assert_eq!(get(&format!("{}/healthz", a.base)).0, 200);
+    assert!(a.process.log().contains("exporter scrape failed"));
+}
+
+#[test]
+fn kubectl_get_raw_reads_every_way_in() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let a = Adapter::start(&e, &node, &[]);
+    a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization");
+    let dir = scratch_dir("kubectl");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: adapter\n  cluster:\n    server: {}\ncontexts:\n- name: adapter\n  context:\n    cluster: adapter\n    user: nobody\nusers:\n- name: nobody\n  user: {{}}\ncurrent-context: adapter\n",
+            a.base
+        ),
+    )
+    .expect("kubeconfig");
+    for path in [
+        "/apis/custom.metrics.k8s.io/v1beta2",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization",
+        "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/pods/train-0/gpu_power_watts",
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/gpu_memory_utilization",
+    ] {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "--raw", path])
+            .output()
+            .expect("kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl get --raw {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert!(
+            !v["items"].as_array().map(Vec::is_empty).unwrap_or(true)
+                || v["kind"] == "APIResourceList",
+            "{path}: {v}"
+        );
+    }
+}
+
+/// KEDA's side of the external scaler protocol, driven by a gRPC client generated from
+/// the same message definitions: all four RPCs, and a `StreamIsActive` stream that sees
+/// activation flip when the workload's pods go away and come back.
+#[test]
+fn the_keda_external_scaler_answers_all_four_rpcs() {
+    use gpu_metrics_adapter::keda::proto::external_scaler_client::ExternalScalerClient;
+    use gpu_metrics_adapter::keda::proto::{GetMetricsRequest, ScaledObjectRef};
+
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let a = Adapter::start(&e, &node, &[]);
+    a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization?labelSelector=app%3Dresnet-inference");
+    let grpc = a
+        .process
+        .log()
+        .split("grpc_address=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .expect("gRPC address in the log")
+        .to_string();
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut client = ExternalScalerClient::connect(format!("http://{grpc}"))
+            .await
+            .expect("connect");
+        let so = |extra: &[(&str, &str)]| {
+            let mut meta: std::collections::HashMap<String, String> = [
+                ("metric", "gpu_utilization"),
+                ("targetValue", "30"),
+                ("activationTargetValue", "10"),
+                ("podSelector", "app=resnet-inference"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            for (k, v) in extra {
+                meta.insert(k.to_string(), v.to_string());
+            }
+            ScaledObjectRef {
+                name: "resnet".into(),
+                namespace: "inference".into(),
+                scaler_metadata: meta,
+            }
+        };
+        let spec = client
+            .get_metric_spec(so(&[]))
+            .await
+            .expect("spec")
+            .into_inner();
+        assert_eq!(spec.metric_specs.len(), 1);
+        assert_eq!(spec.metric_specs[0].metric_name, "gpu_utilization");
+        assert_eq!(spec.metric_specs[0].target_size_float, 30.0);
+
+        // Default aggregation `sum`: 54 + 18. With KEDA's default AverageValue the HPA
+        // divides by the 2 replicas: 36 per pod against the target 30 → 3 replicas.
+        let metrics = client
+            .get_metrics(GetMetricsRequest {
+                scaled_object_ref: Some(so(&[])),
+                metric_name: "gpu_utilization".into(),
+            })
+            .await
+            .expect("metrics")
+            .into_inner();
+        assert_eq!(metrics.metric_values[0].metric_value_float, 72.0);
+        let items = vec![("".to_string(), 72_000)];
+        assert_eq!(hpa_average_value(2, &items, 30_000), 3);
+        let avg = client
+            .get_metrics(GetMetricsRequest {
+                scaled_object_ref: Some(so(&[("aggregation", "average")])),
+                metric_name: "gpu_utilization".into(),
+            })
+            .await
+            .expect("metrics")
+            .into_inner();
+        assert_eq!(avg.metric_values[0].metric_value_float, 36.0);
+
+        assert!(
+            client
+                .is_active(so(&[]))
+                .await
+                .expect("active")
+                .into_inner()
+                .result
+        );
+        let bad = client
+            .is_active(so(&[("metric", "gpu_magic")]))
+            .await
+            .expect_err("unknown metric");
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+
+        let mut stream = client
+            .stream_is_active(so(&[]))
+            .await
+            .expect("stream")
+            .into_inner();
+        let first = stream.message().await.expect("first").expect("open");
+        assert!(first.result, "active at once");
+
+        // The workload scales to zero: its pods leave the kubelet and the API server.
+        let s = gpu_sim::Scenario::load(&e2e_tests::fixture("pods-node.toml")).expect("scenario");
+        let mut sim = gpu_sim::SimNode::new(&s, std::time::SystemTime::now());
+        sim.freeze_at(60.0);
+        let all = kube_sim::node::pod_resources_on(&s, &sim, "node-a", 60.0, false);
+        let without: Vec<_> = all
+            .iter()
+            .filter(|p| !p.name.starts_with("share-"))
+            .cloned()
+            .collect();
+        node.kubelet().set_pods(without);
+        assert!(node.api().delete("inference", "share-a"));
+        assert!(node.api().delete("inference", "share-b"));
+        let flipped = tokio::time::timeout(Duration::from_secs(30), stream.message())
+            .await
+            .expect("flip within 30 s")
+            .expect("stream")
+            .expect("open");
+        assert!(!flipped.result, "inactive once the pods are gone");
+
+        // And back: the pods return.
+        node.kubelet().set_pods(all);
+        for p in kube_sim::node::pod_meta(&s, 60.0, "node-a") {
+            node.api().apply(p);
+        }
+        let back = tokio::time::timeout(Duration::from_secs(30), stream.message())
+            .await
+            .expect("flip back within 30 s")
+            .expect("stream")
+            .expect("open");
+        assert!(back.result, "active again");
+    });
+}
