@@ -19,5 +19,5 @@ pub use node::{
     GpmReading, GpuReading, InforomObject, MemoryReading, MigReading, ProcessReading, SimClock,
     SimGpu, SimMig, SimNode, SimProcess, XidEvent,
 };
-pub use pods::{ClaimSpec, ContainerSpec, DeviceSpec, DeviceSpecError, IdForm, PodSpec};
+pub use pods::{ClaimSpec, ContainerSpec, DeviceSpec, DeviceSpecError, IdForm, OwnerSpec, PodSpec};
 pub use scenario::{Capability, Fault, Scenario, ScenarioError, ViolationPolicy};

@@ -26,6 +26,17 @@ pub struct PodSpec {
     pub start_s: f64,
     /// Scenario second the pod ends (phase `Succeeded` from then on).
     pub end_s: Option<f64>,
+    /// The controlling owner, e.g. `{ kind = "ReplicaSet", name = "resnet-7c9f8d6b5" }`
+    /// (with the pod label `pod-template-hash = "7c9f8d6b5"` for a Deployment's pods).
+    pub owner: Option<OwnerSpec>,
+}
+
+/// A pod's controlling owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerSpec {
+    pub kind: String,
+    pub name: String,
 }
 
 fn default_namespace() -> String {
@@ -287,6 +298,7 @@ mod tests {
             containers: vec![],
             start_s: 0.0,
             end_s: Some(10.0),
+            owner: None,
         };
         let uid = pod.uid();
         assert_eq!(uid, pod.uid());

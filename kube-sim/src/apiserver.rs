@@ -77,6 +77,8 @@ pub struct PodMeta {
     pub node_name: String,
     /// `status.phase`: `Pending`, `Running`, `Succeeded` or `Failed`.
     pub phase: String,
+    /// The controlling owner, (kind, name), e.g. a Deployment's ReplicaSet.
+    pub owner: Option<(String, String)>,
 }
 
 impl PodMeta {
@@ -578,6 +580,18 @@ fn object_meta(pod: &PodMeta, rv: u64) -> ObjectMeta {
         resource_version: Some(rv.to_string()),
         labels: non_empty(&pod.labels),
         annotations: non_empty(&pod.annotations),
+        owner_references: pod.owner.as_ref().map(|(kind, name)| {
+            vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: if kind == "Job" { "batch/v1" } else { "apps/v1" }.into(),
+                    kind: kind.clone(),
+                    name: name.clone(),
+                    uid: format!("owner-{name}"),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                },
+            ]
+        }),
         ..ObjectMeta::default()
     }
 }

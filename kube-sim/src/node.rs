@@ -169,6 +169,7 @@ pub fn pod_meta(scenario: &Scenario, t_s: f64, node_name: &str) -> Vec<PodMeta> 
             labels: pod.labels.clone(),
             annotations: BTreeMap::new(),
             node_name: node_name.to_string(),
+            owner: pod.owner.as_ref().map(|o| (o.kind.clone(), o.name.clone())),
             phase: if pod.ended(t_s) {
                 "Succeeded"
             } else {

@@ -50,6 +50,7 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
             "/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric}",
             get(external),
         )
+        .route("/metrics-api/namespaces/{ns}/{metric}", get(metrics_api))
         .route(
             "/apis/custom.metrics.k8s.io/{version}/namespaces/{ns}/metrics/{metric}",
             get(custom_namespace),
@@ -421,4 +422,31 @@ async fn external(
         "metadata": {},
         "items": items,
     })))
+}
+
+/// For KEDA's `metrics-api` trigger (`valueLocation: value`): one number for a workload,
+/// with the same pod choice and aggregation keys as the external scaler
+/// (`podSelector` or `deployment`, `aggregation`, default `sum` for KEDA's default
+/// `AverageValue`).
+async fn metrics_api(
+    State(s): Shared,
+    Path((ns, metric)): Path<(String, String)>,
+    Query(mut params): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
+) -> Result<Json<Value>, ApiError> {
+    check_query(uri.query())?;
+    params.insert("metric".into(), metric.clone());
+    // The target is KEDA's business here; the trigger parser wants one.
+    params
+        .entry("targetValue".into())
+        .or_insert_with(|| "1".into());
+    let trigger = crate::keda::parse_trigger(&params)
+        .map_err(|e| ApiError::bad_request(e.message().to_string()))?;
+    let value = crate::keda::evaluate(&s, &ns, &trigger).map_err(|e| match e.code() {
+        tonic::Code::Unavailable => ApiError::unavailable(e.message().to_string()),
+        _ => ApiError::bad_request(e.message().to_string()),
+    })?;
+    Ok(Json(
+        json!({"metric": trigger.metric.name(), "namespace": ns, "value": value}),
+    ))
 }

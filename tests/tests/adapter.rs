@@ -181,6 +181,20 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
         "on target: stays"
     );
 
+    // Object metric: the Deployment `resnet` (through its ReplicaSet and the pods'
+    // template hash), the mean over its pods. An HPA Object target with `Value` 30
+    // compares 36 with 30: r = 1.2 → ceil(1.2 × 2 ready pods) = 3.
+    let d = a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization");
+    assert_eq!(d["items"][0]["describedObject"]["kind"], "Deployment");
+    assert_eq!(items(&d), vec![("resnet".to_string(), 36_000)]);
+    let r = 36_000f64 / 30_000f64;
+    assert_eq!((r * 2.0).ceil() as i64, 3);
+
+    // metrics-api JSON for KEDA's metrics-api trigger: the sum over the Deployment's
+    // pods, for KEDA's default AverageValue.
+    let j = a.ok("/metrics-api/namespaces/inference/gpu_utilization?deployment=resnet");
+    assert_eq!(j["value"], 72.0);
+
     // The namespace object: the mean over its pods.
     let ns =
         a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/metrics/gpu_utilization");
@@ -418,4 +432,28 @@ fn the_keda_external_scaler_answers_all_four_rpcs() {
             .expect("open");
         assert!(back.result, "active again");
     });
+}
+
+/// Two replicas of the adapter over the same exporter answer the same values: the
+/// aggregation and rounding are deterministic (timestamps are each one's own scrape).
+#[test]
+fn two_replicas_answer_identically() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let a = Adapter::start(&e, &node, &[]);
+    let b = Adapter::start(&e, &node, &[]);
+    for path in [
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_memory_utilization",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/serve/metrics/gpu_memory_used_bytes",
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_power_watts",
+    ] {
+        let strip = |mut v: Value| {
+            for i in v["items"].as_array_mut().expect("items") {
+                i.as_object_mut().expect("item").remove("timestamp");
+            }
+            v
+        };
+        assert_eq!(strip(a.ok(path)), strip(b.ok(path)), "{path}");
+    }
 }

@@ -18,7 +18,7 @@
 use super::{Sample, Sink};
 use crate::counters::MetricType;
 use prost::Message;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use prost::encoding::{WireType, encoded_len_varint};
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -256,7 +256,9 @@ impl<'a, 'o> ProtoSink<'a, 'o> {
             }
             Ordering::Equal => {}
         }
-        encode_varint(len as u64, &mut &mut self.out[at..at + n]);
+        let (prefix, written) = varint(len as u64);
+        debug_assert_eq!(written, n);
+        self.out[at..at + n].copy_from_slice(&prefix[..n]);
         self.metrics = 0;
     }
 
@@ -267,8 +269,8 @@ impl<'a, 'o> ProtoSink<'a, 'o> {
         out.extend_from_slice(&[0; LEN_RESERVED]);
         put_bytes(out, field::FAMILY_NAME, name.as_bytes());
         put_bytes(out, field::FAMILY_HELP, help.as_bytes());
-        encode_key(field::FAMILY_TYPE, WireType::Varint, out);
-        encode_varint(ty as i32 as u64, out);
+        put_key(out, field::FAMILY_TYPE, WireType::Varint);
+        put_varint(out, ty as i32 as u64);
     }
 }
 
@@ -291,15 +293,17 @@ impl<'a> Sink<'a> for ProtoSink<'a, '_> {
                 .or_insert_with(|| encode_label_text(labels))
         };
         let extra_len: usize = extra.iter().map(|(k, v)| label_field_len(k, v)).sum();
+        let len = encoded.len() + extra_len + VALUE_FIELD_LEN;
         let out = &mut *self.out;
-        encode_key(field::FAMILY_METRIC, WireType::LengthDelimited, out);
-        encode_varint((encoded.len() + extra_len + VALUE_FIELD_LEN) as u64, out);
+        out.reserve(len + 4);
+        put_key(out, field::FAMILY_METRIC, WireType::LengthDelimited);
+        put_varint(out, len as u64);
         out.extend_from_slice(encoded);
         for (k, v) in extra {
             put_label(out, k, v);
         }
-        encode_key(self.value_field, WireType::LengthDelimited, out);
-        encode_varint((VALUE_FIELD_LEN - 2) as u64, out);
+        put_key(out, self.value_field, WireType::LengthDelimited);
+        put_varint(out, (VALUE_FIELD_LEN - 2) as u64);
         put_double(out, field::VALUE, value.as_f64());
         self.metrics += 1;
     }
@@ -317,20 +321,20 @@ impl<'a> Sink<'a> for ProtoSink<'a, '_> {
         // Histogram: count, sum, then the classic buckets, cumulative; the +Inf bucket
         // is left implicit (it is `sample_count`), as client_golang does.
         let mut h = Vec::with_capacity(16 * bounds.len() + 32);
-        encode_key(field::HISTOGRAM_SAMPLE_COUNT, WireType::Varint, &mut h);
-        encode_varint(count, &mut h);
+        put_key(&mut h, field::HISTOGRAM_SAMPLE_COUNT, WireType::Varint);
+        put_varint(&mut h, count);
         put_double(&mut h, field::HISTOGRAM_SAMPLE_SUM, sum);
         let mut cumulative = 0;
         let mut bucket = Vec::with_capacity(16);
         for (bound, n) in bounds.iter().zip(buckets) {
             cumulative += n;
             bucket.clear();
-            encode_key(
+            put_key(
+                &mut bucket,
                 field::BUCKET_CUMULATIVE_COUNT,
                 WireType::Varint,
-                &mut bucket,
             );
-            encode_varint(cumulative, &mut bucket);
+            put_varint(&mut bucket, cumulative);
             put_double(&mut bucket, field::BUCKET_UPPER_BOUND, *bound);
             put_bytes(&mut h, field::HISTOGRAM_BUCKET, &bucket);
         }
@@ -341,36 +345,68 @@ impl<'a> Sink<'a> for ProtoSink<'a, '_> {
     }
 }
 
+/// A field's key. Every field the encoder writes has a number below 16, so its key is
+/// one byte (`field << 3 | wire type`).
+#[inline]
+fn put_key(buf: &mut Vec<u8>, tag: u32, wire_type: WireType) {
+    debug_assert!(tag < 16, "field {tag} needs a longer key");
+    buf.push((tag as u8) << 3 | wire_type as u8);
+}
+
+/// `v` as a varint: its bytes, and how many there are.
+#[inline]
+fn varint(mut v: u64) -> ([u8; 10], usize) {
+    let mut bytes = [0; 10];
+    let mut n = 0;
+    while v >= 0x80 {
+        bytes[n] = v as u8 | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    bytes[n] = v as u8;
+    (bytes, n + 1)
+}
+
+#[inline]
+fn put_varint(buf: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        buf.push(v as u8);
+    } else {
+        let (bytes, n) = varint(v);
+        buf.extend_from_slice(&bytes[..n]);
+    }
+}
+
 /// A length-delimited field.
 fn put_bytes(buf: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(bytes.len() as u64, buf);
+    put_key(buf, tag, WireType::LengthDelimited);
+    put_varint(buf, bytes.len() as u64);
     buf.extend_from_slice(bytes);
 }
 
 fn put_double(buf: &mut Vec<u8>, tag: u32, v: f64) {
-    encode_key(tag, WireType::SixtyFourBit, buf);
+    put_key(buf, tag, WireType::SixtyFourBit);
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
-fn bytes_field_len(tag: u32, len: usize) -> usize {
-    key_len(tag) + encoded_len_varint(len as u64) + len
+/// Bytes of a length-delimited field of `len` bytes (its key is one byte).
+fn bytes_field_len(len: usize) -> usize {
+    1 + encoded_len_varint(len as u64) + len
 }
 
 fn label_pair_len(name: &str, value: &str) -> usize {
-    bytes_field_len(field::LABEL_NAME, name.len())
-        + bytes_field_len(field::LABEL_VALUE, value.len())
+    bytes_field_len(name.len()) + bytes_field_len(value.len())
 }
 
 /// Bytes of one `Metric.label` field.
 fn label_field_len(name: &str, value: &str) -> usize {
-    bytes_field_len(field::METRIC_LABEL, label_pair_len(name, value))
+    bytes_field_len(label_pair_len(name, value))
 }
 
 /// One `Metric.label` field: a `LabelPair` of raw strings.
 fn put_label(buf: &mut Vec<u8>, name: &str, value: &str) {
-    encode_key(field::METRIC_LABEL, WireType::LengthDelimited, buf);
-    encode_varint(label_pair_len(name, value) as u64, buf);
+    put_key(buf, field::METRIC_LABEL, WireType::LengthDelimited);
+    put_varint(buf, label_pair_len(name, value) as u64);
     put_bytes(buf, field::LABEL_NAME, name.as_bytes());
     put_bytes(buf, field::LABEL_VALUE, value.as_bytes());
 }
@@ -396,7 +432,9 @@ fn encode_label_text(text: &str) -> Vec<u8> {
 /// The first `name="value"` of `text`: name, unescaped value, and what follows the
 /// closing quote. Escapes are the text format's: `\\`, `\"` and `\n`.
 fn next_label(text: &str) -> Option<(&str, Cow<'_, str>, &str)> {
-    let (name, quoted) = text.split_once("=\"")?;
+    // Label names hold neither `=` nor `"`: a byte search finds the value's start.
+    let eq = text.find('=')?;
+    let (name, quoted) = (&text[..eq], text[eq + 1..].strip_prefix('"')?);
     let bytes = quoted.as_bytes();
     let mut value: Option<String> = None;
     let (mut i, mut copied) = (0, 0);
