@@ -51,7 +51,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         let pods = Arc::new(ArcSwap::from_pointee(pods::PodIndex::default()));
         tokio::spawn(source::run(
             source::ScrapeOptions {
-                targets: cli.exporter_urls.clone(),
+                targets: Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone())),
                 interval: cli.scrape_interval,
                 timeout: cli.scrape_timeout,
                 accept: exposition::ACCEPT,

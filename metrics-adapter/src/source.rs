@@ -44,7 +44,9 @@ pub type Decoder = fn(content_type: &str, body: &[u8]) -> Result<Vec<Series>, St
 /// How to scrape.
 #[derive(Debug, Clone)]
 pub struct ScrapeOptions {
-    pub targets: Vec<String>,
+    /// The exporters' `/metrics` URLs, read at the start of every round (static from
+    /// `--exporter-url`, or kept current by EndpointSlice discovery).
+    pub targets: Arc<ArcSwap<Vec<String>>>,
     pub interval: Duration,
     pub timeout: Duration,
     /// The `Accept` header to send.
@@ -104,8 +106,13 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        let targets = opts.targets.load_full();
+        // Exporters that left (pod deleted, node drained) take their pods with them.
+        let current: std::collections::HashSet<&str> = targets.iter().map(String::as_str).collect();
+        per_target.retain(|url, _| current.contains(url.as_str()));
+        failing.retain(|url, _| current.contains(url.as_str()));
         let results: Vec<(String, Result<Vec<Series>, String>)> =
-            futures_util::stream::iter(opts.targets.iter().cloned())
+            futures_util::stream::iter(targets.iter().cloned())
                 .map(|url| {
                     let client = &client;
                     let opts = &opts;
@@ -156,7 +163,7 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
         }
         store.store(Arc::new(Fleet {
             pods,
-            targets: opts.targets.len(),
+            targets: targets.len(),
             answered,
             last_answer,
         }));
