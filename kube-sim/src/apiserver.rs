@@ -1,20 +1,27 @@
-//! A minimal fake kube-apiserver: the pod list and watch endpoints, over plain HTTP.
+//! A minimal fake kube-apiserver: the pod and EndpointSlice list and watch endpoints,
+//! over plain HTTP.
 //!
 //! The exporter learns pod UIDs, labels and annotations from a node-scoped,
-//! metadata-only pod watch (`kube-rs`'s `metadata_watcher`). This server implements the
-//! parts of the API server that watch depends on, with the API server's semantics, so
-//! that the real client is what tests exercise:
+//! metadata-only pod watch (`kube-rs`'s `metadata_watcher`); the metrics adapter
+//! watches pods cluster-wide and finds the exporters through the EndpointSlices of
+//! their Service. This server implements the parts of the API server those watches
+//! depend on, with the API server's semantics, so that the real client is what tests
+//! exercise:
 //!
 //! - `GET /api/v1/pods` and `GET /api/v1/namespaces/{ns}/pods` list and, with
 //!   `watch=true`, stream newline-delimited watch events; `…/pods/{name}` gets one pod;
-//! - `fieldSelector` over `metadata.name`, `metadata.namespace`, `spec.nodeName` and
-//!   `status.phase`, and `labelSelector`; a watch sends `DELETED` when an object stops
-//!   matching (a pod that finishes under `status.phase!=Succeeded`) and `ADDED` when it
-//!   starts to, as the API server's watch cache does;
+//!   the same for `discovery.k8s.io/v1` EndpointSlices under
+//!   `/apis/discovery.k8s.io/v1/[namespaces/{ns}/]endpointslices`;
+//! - `fieldSelector` over `metadata.name` and `metadata.namespace` (and, for pods,
+//!   `spec.nodeName` and `status.phase`), and `labelSelector`; a watch sends `DELETED`
+//!   when an object stops matching (a pod that finishes under
+//!   `status.phase!=Succeeded`) and `ADDED` when it starts to, as the API server's
+//!   watch cache does;
 //! - `Accept: …;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1` gives metadata-only
-//!   objects, anything else full `v1` pods;
-//! - one global, integer `resourceVersion`; watches resume from any version still in a
-//!   bounded history and get a `410 Gone` (`Expired`) error event for older ones;
+//!   objects, anything else full objects;
+//! - one global, integer `resourceVersion` across kinds (as etcd's revision); watches
+//!   resume from any version still in a bounded history and get a `410 Gone`
+//!   (`Expired`) error event for older ones;
 //! - `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents` (streaming lists);
 //! - bearer-token authentication (401 otherwise) and simulated outages (503, and open
 //!   watches are closed); every error body is a `meta/v1` `Status`.
@@ -23,7 +30,9 @@
 //! without a `continue` token (which clients must accept). Lists are always served at
 //! the current version, whatever `resourceVersion` and `resourceVersionMatch` say.
 
-use crate::selector::{FieldSelector, Fields, LabelSelector, PodField, SelectorError};
+use crate::selector::{
+    Field, FieldSelector, Fields, LabelSelector, OBJECT_FIELDS, POD_FIELDS, SelectorError,
+};
 use crate::server_thread::ServerThread;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -31,8 +40,9 @@ use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Status};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -93,19 +103,144 @@ impl PodMeta {
             ..PodMeta::default()
         }
     }
-
-    fn key(&self) -> (String, String) {
-        (self.namespace.clone(), self.name.clone())
-    }
 }
 
 impl Fields for PodMeta {
-    fn field(&self, field: PodField) -> &str {
+    fn field(&self, field: Field) -> &str {
         match field {
-            PodField::Name => &self.name,
-            PodField::Namespace => &self.namespace,
-            PodField::NodeName => &self.node_name,
-            PodField::Phase => &self.phase,
+            Field::Name => &self.name,
+            Field::Namespace => &self.namespace,
+            Field::NodeName => &self.node_name,
+            Field::Phase => &self.phase,
+        }
+    }
+}
+
+/// The kinds of object the fake serves. Every kind shares one store, one resource
+/// version and one history, so lists, watches, bookmarks and `410 Gone` behave the
+/// same for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Pod,
+    EndpointSlice,
+}
+
+impl Kind {
+    /// `apiVersion` and `kind` of a full object.
+    fn type_meta(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Pod => ("v1", "Pod"),
+            Kind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
+        }
+    }
+
+    /// `kind` of a list of full objects.
+    fn list_kind(self) -> &'static str {
+        match self {
+            Kind::Pod => "PodList",
+            Kind::EndpointSlice => "EndpointSliceList",
+        }
+    }
+
+    /// The resource name, as NotFound messages give it.
+    fn plural(self) -> &'static str {
+        match self {
+            Kind::Pod => "pods",
+            Kind::EndpointSlice => "endpointslices",
+        }
+    }
+
+    /// The fields a field selector may name for this kind.
+    fn fields(self) -> &'static [Field] {
+        match self {
+            Kind::Pod => POD_FIELDS,
+            Kind::EndpointSlice => OBJECT_FIELDS,
+        }
+    }
+}
+
+/// Where an object is stored: its kind, namespace and name.
+type Key = (Kind, String, String);
+
+/// A stored object, without its resource version (kept beside it).
+#[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a few hundred bytes per object in a test fake; boxing would only add noise"
+)]
+enum Object {
+    Pod(PodMeta),
+    /// With `metadata.namespace` and `metadata.uid` set and no `resourceVersion`.
+    EndpointSlice(EndpointSlice),
+}
+
+/// The labels of an object that has none.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+impl Object {
+    fn kind(&self) -> Kind {
+        match self {
+            Object::Pod(_) => Kind::Pod,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
+        }
+    }
+
+    fn key(&self) -> Key {
+        (
+            self.kind(),
+            self.field(Field::Namespace).to_string(),
+            self.field(Field::Name).to_string(),
+        )
+    }
+
+    fn labels(&self) -> &BTreeMap<String, String> {
+        match self {
+            Object::Pod(pod) => &pod.labels,
+            Object::EndpointSlice(slice) => slice.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+        }
+    }
+
+    /// `metadata` as the API server returns it, at version `rv`.
+    fn metadata(&self, rv: u64) -> ObjectMeta {
+        match self {
+            Object::Pod(pod) => object_meta(pod, rv),
+            Object::EndpointSlice(slice) => ObjectMeta {
+                resource_version: Some(rv.to_string()),
+                ..slice.metadata.clone()
+            },
+        }
+    }
+
+    /// The object as JSON at version `rv`, full or metadata-only.
+    fn render(&self, rv: u64, shape: Shape) -> Result<serde_json::Value, serde_json::Error> {
+        match (shape, self) {
+            (Shape::Metadata, _) => {
+                let (api_version, kind) = Shape::Metadata.type_meta(self.kind());
+                serde_json::to_value(PartialObjectMetadata {
+                    api_version,
+                    kind,
+                    metadata: self.metadata(rv),
+                })
+            }
+            (Shape::Full, Object::Pod(pod)) => serde_json::to_value(full_pod(pod, rv)),
+            (Shape::Full, Object::EndpointSlice(slice)) => serde_json::to_value(EndpointSlice {
+                metadata: self.metadata(rv),
+                ..slice.clone()
+            }),
+        }
+    }
+}
+
+impl Fields for Object {
+    fn field(&self, field: Field) -> &str {
+        match self {
+            Object::Pod(pod) => pod.field(field),
+            Object::EndpointSlice(slice) => match field {
+                Field::Name => slice.metadata.name.as_deref().unwrap_or(""),
+                Field::Namespace => slice.metadata.namespace.as_deref().unwrap_or(""),
+                // Refused when a selector is parsed (`Kind::fields`).
+                Field::NodeName | Field::Phase => "",
+            },
         }
     }
 }
@@ -113,14 +248,14 @@ impl Fields for PodMeta {
 /// One recorded change: the object before and after (`None`: absent), at version `rv`.
 struct Change {
     rv: u64,
-    prev: Option<PodMeta>,
-    cur: Option<PodMeta>,
+    prev: Option<Object>,
+    cur: Option<Object>,
 }
 
-/// The pods, the global resource version and the change history.
+/// The objects, the global resource version and the change history.
 struct Store {
-    /// (namespace, name) → (pod, version of its last change).
-    pods: BTreeMap<(String, String), (PodMeta, u64)>,
+    /// (kind, namespace, name) → (object, version of its last change).
+    objects: BTreeMap<Key, (Object, u64)>,
     version: u64,
     history: VecDeque<Change>,
     history_limit: usize,
@@ -130,7 +265,7 @@ struct Store {
 }
 
 impl Store {
-    fn record(&mut self, prev: Option<PodMeta>, cur: Option<PodMeta>) -> u64 {
+    fn record(&mut self, prev: Option<Object>, cur: Option<Object>) -> u64 {
         self.version += 1;
         self.history.push_back(Change {
             rv: self.version,
@@ -166,16 +301,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ApiState {
-    /// Replaces the pod at `key` with what `update` makes of it (`None`: absent), in one
-    /// step. Identical content is not a change: the API server does not bump versions
-    /// for no-op updates. Returns whether the pod existed before.
-    fn change(
-        &self,
-        key: (String, String),
-        update: impl FnOnce(Option<&PodMeta>) -> Option<PodMeta>,
-    ) -> bool {
+    /// Replaces the object at `key` with what `update` makes of it (`None`: absent), in
+    /// one step. Identical content is not a change: the API server does not bump
+    /// versions for no-op updates. Returns whether the object existed before.
+    fn change(&self, key: Key, update: impl FnOnce(Option<&Object>) -> Option<Object>) -> bool {
         let mut store = lock(&self.store);
-        let prev = store.pods.get(&key).map(|(pod, _)| pod.clone());
+        let prev = store.objects.get(&key).map(|(object, _)| object.clone());
         let cur = update(prev.as_ref());
         let existed = prev.is_some();
         if prev == cur {
@@ -183,8 +314,8 @@ impl ApiState {
         }
         let rv = store.record(prev, cur.clone());
         match cur {
-            Some(pod) => store.pods.insert(key, (pod, rv)),
-            None => store.pods.remove(&key),
+            Some(object) => store.objects.insert(key, (object, rv)),
+            None => store.objects.remove(&key),
         };
         // While the store is locked, so that watchers see versions in order.
         self.version.send_replace(rv);
@@ -192,7 +323,8 @@ impl ApiState {
     }
 }
 
-/// A fake kube-apiserver for pods on `127.0.0.1`. Dropping it stops it.
+/// A fake kube-apiserver for pods and EndpointSlices on `127.0.0.1`. Dropping it stops
+/// it.
 pub struct FakeApiServer {
     state: Arc<ApiState>,
     addr: SocketAddr,
@@ -200,7 +332,7 @@ pub struct FakeApiServer {
 }
 
 impl FakeApiServer {
-    /// Serves on `127.0.0.1` on a free port, with no pods; returns once the port
+    /// Serves on `127.0.0.1` on a free port, with no objects; returns once the port
     /// accepts connections.
     pub fn start() -> io::Result<FakeApiServer> {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
@@ -208,7 +340,7 @@ impl FakeApiServer {
         let addr = listener.local_addr()?;
         let state = Arc::new(ApiState {
             store: Mutex::new(Store {
-                pods: BTreeMap::new(),
+                objects: BTreeMap::new(),
                 version: 1,
                 history: VecDeque::new(),
                 history_limit: DEFAULT_HISTORY_LIMIT,
@@ -263,32 +395,83 @@ impl FakeApiServer {
 
     /// Adds `pod`, or replaces the pod with its namespace and name.
     pub fn apply(&self, pod: PodMeta) {
+        let pod = Object::Pod(pod);
         self.state.change(pod.key(), |_| Some(pod));
     }
 
     /// Sets a pod's `status.phase`; false if there is no such pod.
     pub fn set_phase(&self, namespace: &str, name: &str, phase: &str) -> bool {
-        let key = (namespace.to_string(), name.to_string());
-        self.state.change(key, |prev| {
-            prev.map(|pod| PodMeta {
+        let key = (Kind::Pod, namespace.to_string(), name.to_string());
+        self.state.change(key, |prev| match prev {
+            Some(Object::Pod(pod)) => Some(Object::Pod(PodMeta {
                 phase: phase.to_string(),
                 ..pod.clone()
-            })
+            })),
+            other => other.cloned(),
         })
     }
 
     /// Deletes a pod; false if there was no such pod.
     pub fn delete(&self, namespace: &str, name: &str) -> bool {
-        self.state
-            .change((namespace.to_string(), name.to_string()), |_| None)
+        let key = (Kind::Pod, namespace.to_string(), name.to_string());
+        self.state.change(key, |_| None)
     }
 
     /// The pods, in (namespace, name) order.
     pub fn pods(&self) -> Vec<PodMeta> {
         lock(&self.state.store)
-            .pods
+            .objects
             .values()
-            .map(|(pod, _)| pod.clone())
+            .filter_map(|(object, _)| match object {
+                Object::Pod(pod) => Some(pod.clone()),
+                Object::EndpointSlice(_) => None,
+            })
+            .collect()
+    }
+
+    /// Adds `slice`, or replaces the EndpointSlice with its namespace and name, as
+    /// `kubectl apply` would: without `metadata.namespace` it goes to `default`, a
+    /// missing `metadata.uid` is derived from its name (stable across updates, as a
+    /// real object's is), and any `resourceVersion` given is replaced by the server's.
+    ///
+    /// # Panics
+    ///
+    /// If the slice has no `metadata.name`: the API server would refuse it, so a test
+    /// that builds one has a bug that should fail loudly.
+    pub fn apply_endpoint_slice(&self, mut slice: EndpointSlice) {
+        let Some(name) = slice.metadata.name.clone() else {
+            panic!("an EndpointSlice needs metadata.name: {slice:?}");
+        };
+        let namespace = slice
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string())
+            .clone();
+        slice
+            .metadata
+            .uid
+            .get_or_insert_with(|| format!("uid-endpointslice-{namespace}-{name}"));
+        slice.metadata.resource_version = None;
+        let slice = Object::EndpointSlice(slice);
+        self.state.change(slice.key(), |_| Some(slice));
+    }
+
+    /// Deletes an EndpointSlice; false if there was no such slice.
+    pub fn delete_endpoint_slice(&self, namespace: &str, name: &str) -> bool {
+        let key = (Kind::EndpointSlice, namespace.to_string(), name.to_string());
+        self.state.change(key, |_| None)
+    }
+
+    /// The EndpointSlices, in (namespace, name) order, as stored (no
+    /// `resourceVersion`).
+    pub fn endpoint_slices(&self) -> Vec<EndpointSlice> {
+        lock(&self.state.store)
+            .objects
+            .values()
+            .filter_map(|(object, _)| match object {
+                Object::EndpointSlice(slice) => Some(slice.clone()),
+                Object::Pod(_) => None,
+            })
             .collect()
     }
 
@@ -368,10 +551,29 @@ current-context: kube-sim
 }
 
 fn router(state: Arc<ApiState>) -> axum::Router {
+    const SLICES: &str = "/apis/discovery.k8s.io/v1";
     axum::Router::new()
-        .route("/api/v1/pods", get(list_all))
-        .route("/api/v1/namespaces/{namespace}/pods", get(list_namespace))
-        .route("/api/v1/namespaces/{namespace}/pods/{name}", get(get_pod))
+        .route("/api/v1/pods", list_all(Kind::Pod))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods",
+            list_namespace(Kind::Pod),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+            get_one(Kind::Pod),
+        )
+        .route(
+            &format!("{SLICES}/endpointslices"),
+            list_all(Kind::EndpointSlice),
+        )
+        .route(
+            &format!("{SLICES}/namespaces/{{namespace}}/endpointslices"),
+            list_namespace(Kind::EndpointSlice),
+        )
+        .route(
+            &format!("{SLICES}/namespaces/{{namespace}}/endpointslices/{{name}}"),
+            get_one(Kind::EndpointSlice),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
@@ -510,7 +712,7 @@ fn flag(name: &str, value: Option<&str>) -> Result<bool, ApiError> {
     }
 }
 
-/// Metadata-only objects or full pods, from the `Accept` header.
+/// Metadata-only or full objects, from the `Accept` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
     Full,
@@ -531,34 +733,46 @@ impl Shape {
         }
     }
 
-    fn type_meta(self) -> (&'static str, &'static str) {
+    /// `apiVersion` and `kind` of one object of `kind` in this shape.
+    fn type_meta(self, kind: Kind) -> (&'static str, &'static str) {
         match self {
-            Shape::Full => ("v1", "Pod"),
+            Shape::Full => kind.type_meta(),
             Shape::Metadata => ("meta.k8s.io/v1", "PartialObjectMetadata"),
+        }
+    }
+
+    /// `apiVersion` and `kind` of a list of `kind` in this shape.
+    fn list_type_meta(self, kind: Kind) -> (&'static str, &'static str) {
+        match self {
+            Shape::Full => (kind.type_meta().0, kind.list_kind()),
+            Shape::Metadata => ("meta.k8s.io/v1", "PartialObjectMetadataList"),
         }
     }
 }
 
-/// Which pods a request is about.
+/// Which objects a request is about.
 struct Filter {
+    kind: Kind,
     namespace: Option<String>,
     fields: FieldSelector,
     labels: LabelSelector,
 }
 
 impl Filter {
-    fn matches(&self, pod: &PodMeta) -> bool {
-        self.namespace
-            .as_ref()
-            .is_none_or(|ns| *ns == pod.namespace)
-            && self.fields.matches(pod)
-            && self.labels.matches(&pod.labels)
+    fn matches(&self, object: &Object) -> bool {
+        object.kind() == self.kind
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| ns == object.field(Field::Namespace))
+            && self.fields.matches(object)
+            && self.labels.matches(object.labels())
     }
 
     /// The watch event a change is to a watcher with this filter, as the API server's
     /// watch cache decides it: an object that starts matching is `ADDED`, one that stops
     /// matching is `DELETED` (with its previous content at the change's version).
-    fn event<'a>(&self, change: &'a Change) -> Option<(&'static str, &'a PodMeta)> {
+    fn event<'a>(&self, change: &'a Change) -> Option<(&'static str, &'a Object)> {
         let cur = change.cur.as_ref().filter(|p| self.matches(p));
         let prev = change.prev.as_ref().filter(|p| self.matches(p));
         match (prev, cur) {
@@ -605,16 +819,6 @@ struct PartialObjectMetadata {
     metadata: ObjectMeta,
 }
 
-/// A `meta.k8s.io/v1` `PartialObjectMetadataList`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PartialObjectMetadataList {
-    api_version: &'static str,
-    kind: &'static str,
-    metadata: ListMeta,
-    items: Vec<PartialObjectMetadata>,
-}
-
 fn full_pod(pod: &PodMeta, rv: u64) -> Pod {
     Pod {
         metadata: object_meta(pod, rv),
@@ -629,75 +833,75 @@ fn full_pod(pod: &PodMeta, rv: u64) -> Pod {
     }
 }
 
-fn partial(pod: &PodMeta, rv: u64) -> PartialObjectMetadata {
-    let (api_version, kind) = Shape::Metadata.type_meta();
-    PartialObjectMetadata {
-        api_version,
-        kind,
-        metadata: object_meta(pod, rv),
-    }
-}
-
-fn render(pod: &PodMeta, rv: u64, shape: Shape) -> Result<serde_json::Value, serde_json::Error> {
-    match shape {
-        Shape::Full => serde_json::to_value(full_pod(pod, rv)),
-        Shape::Metadata => serde_json::to_value(partial(pod, rv)),
-    }
-}
-
 fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn list_all(
-    State(api): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
-    list_or_watch(api, None, &headers, query)
+/// The query a list or watch route passes on: its parameters, or why they are bad.
+type ListQueryResult = Result<Query<ListQuery>, QueryRejection>;
+
+/// `GET` on a kind's cluster-wide collection: list or watch.
+fn list_all(kind: Kind) -> MethodRouter<Arc<ApiState>> {
+    get(
+        move |State(api): State<Arc<ApiState>>, headers: HeaderMap, query: ListQueryResult| async move {
+            list_or_watch(api, kind, None, &headers, query)
+        },
+    )
 }
 
-async fn list_namespace(
-    State(api): State<Arc<ApiState>>,
-    UrlPath(namespace): UrlPath<String>,
-    headers: HeaderMap,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Response, ApiError> {
-    list_or_watch(api, Some(namespace), &headers, query)
+/// `GET` on a kind's collection in one namespace: list or watch.
+fn list_namespace(kind: Kind) -> MethodRouter<Arc<ApiState>> {
+    get(
+        move |State(api): State<Arc<ApiState>>,
+              UrlPath(namespace): UrlPath<String>,
+              headers: HeaderMap,
+              query: ListQueryResult| async move {
+            list_or_watch(api, kind, Some(namespace), &headers, query)
+        },
+    )
 }
 
-async fn get_pod(
-    State(api): State<Arc<ApiState>>,
-    UrlPath((namespace, name)): UrlPath<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let shape = Shape::from_headers(&headers);
+/// `GET` on one object.
+fn get_one(kind: Kind) -> MethodRouter<Arc<ApiState>> {
+    get(
+        move |State(api): State<Arc<ApiState>>,
+              UrlPath((namespace, name)): UrlPath<(String, String)>,
+              headers: HeaderMap| async move {
+            get_object(&api, (kind, namespace, name), &headers)
+        },
+    )
+}
+
+fn get_object(api: &ApiState, key: Key, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let shape = Shape::from_headers(headers);
     let store = lock(&api.store);
-    let (pod, rv) = store.pods.get(&(namespace, name.clone())).ok_or_else(|| {
+    let (object, rv) = store.objects.get(&key).ok_or_else(|| {
+        let (kind, _, name) = &key;
         ApiError::new(
             StatusCode::NOT_FOUND,
             "NotFound",
-            format!("pods \"{name}\" not found"),
+            format!("{} \"{name}\" not found", kind.plural()),
         )
     })?;
-    let body = match shape {
-        Shape::Full => serde_json::to_vec(&full_pod(pod, *rv)),
-        Shape::Metadata => serde_json::to_vec(&partial(pod, *rv)),
-    }
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let body = object
+        .render(*rv, shape)
+        .and_then(|v| serde_json::to_vec(&v))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(json_response(body))
 }
 
 fn list_or_watch(
     api: Arc<ApiState>,
+    kind: Kind,
     namespace: Option<String>,
     headers: &HeaderMap,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: ListQueryResult,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let filter = Filter {
+        kind,
         namespace,
-        fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""))?,
+        fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""), kind.fields())?,
         labels: LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?,
     };
     let shape = Shape::from_headers(headers);
@@ -726,24 +930,24 @@ fn list_or_watch(
         return Ok(watch_response(api, request));
     }
     let store = lock(&api.store);
-    let matching = store.pods.values().filter(|(pod, _)| filter.matches(pod));
-    let metadata = ListMeta {
-        resource_version: Some(store.version.to_string()),
-        ..ListMeta::default()
-    };
-    let body = match shape {
-        Shape::Full => serde_json::to_vec(&k8s_openapi::List::<Pod> {
-            items: matching.map(|(pod, rv)| full_pod(pod, *rv)).collect(),
-            metadata,
-        }),
-        Shape::Metadata => serde_json::to_vec(&PartialObjectMetadataList {
-            api_version: "meta.k8s.io/v1",
-            kind: "PartialObjectMetadataList",
-            metadata,
-            items: matching.map(|(pod, rv)| partial(pod, *rv)).collect(),
-        }),
-    }
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let items = store
+        .objects
+        .values()
+        .filter(|(object, _)| filter.matches(object))
+        .map(|(object, rv)| object.render(*rv, shape))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let (api_version, list_kind) = shape.list_type_meta(kind);
+    let list = serde_json::json!({
+        "apiVersion": api_version,
+        "kind": list_kind,
+        "metadata": ListMeta {
+            resource_version: Some(store.version.to_string()),
+            ..ListMeta::default()
+        },
+        "items": items,
+    });
+    let body = serde_json::to_vec(&list).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(json_response(body))
 }
 
@@ -791,11 +995,11 @@ fn event_line(kind: &str, object: serde_json::Value) -> Result<Bytes, serde_json
 }
 
 fn bookmark_line(
-    shape: Shape,
+    request: &WatchRequest,
     rv: u64,
     initial_events_end: bool,
 ) -> Result<Bytes, serde_json::Error> {
-    let (api_version, kind) = shape.type_meta();
+    let (api_version, kind) = request.shape.type_meta(request.filter.kind);
     let mut metadata = serde_json::json!({ "resourceVersion": rv.to_string() });
     if initial_events_end {
         metadata["annotations"] = serde_json::json!({ INITIAL_EVENTS_END: "true" });
@@ -828,8 +1032,8 @@ fn lines_since(
     }
     let mut lines = Vec::new();
     for change in store.history.iter().filter(|c| c.rv > after) {
-        if let Some((kind, pod)) = request.filter.event(change) {
-            lines.push(event_line(kind, render(pod, change.rv, request.shape)?)?);
+        if let Some((kind, object)) = request.filter.event(change) {
+            lines.push(event_line(kind, object.render(change.rv, request.shape)?)?);
         }
     }
     Ok((lines, store.version.max(after), false))
@@ -860,12 +1064,12 @@ async fn stream_watch(
             Some(after) => lines_since(&store, after, request)?,
             None => {
                 let mut lines = Vec::new();
-                for (pod, rv) in store
-                    .pods
+                for (object, rv) in store
+                    .objects
                     .values()
-                    .filter(|(p, _)| request.filter.matches(p))
+                    .filter(|(o, _)| request.filter.matches(o))
                 {
-                    lines.push(event_line("ADDED", render(pod, *rv, request.shape)?)?);
+                    lines.push(event_line("ADDED", object.render(*rv, request.shape)?)?);
                 }
                 (lines, store.version, false)
             }
@@ -876,7 +1080,7 @@ async fn stream_watch(
         return Ok(());
     }
     if request.initial_events {
-        send_all(out, vec![bookmark_line(request.shape, last, true)?]).await?;
+        send_all(out, vec![bookmark_line(request, last, true)?]).await?;
     }
     let period = *lock(&api.bookmark_interval);
     let mut bookmarks = tokio::time::interval_at(Instant::now() + period, period);
@@ -902,7 +1106,7 @@ async fn stream_watch(
                 }
             }
             _ = bookmarks.tick(), if request.bookmarks => {
-                send_all(out, vec![bookmark_line(request.shape, last, false)?]).await?;
+                send_all(out, vec![bookmark_line(request, last, false)?]).await?;
             }
         }
     }
@@ -912,25 +1116,49 @@ async fn stream_watch(
 mod tests {
     use super::*;
 
-    fn pod(name: &str, node: &str, phase: &str) -> PodMeta {
-        PodMeta {
+    fn pod(name: &str, node: &str, phase: &str) -> Object {
+        Object::Pod(PodMeta {
             phase: phase.into(),
             ..PodMeta::running("default", name, &format!("uid-{name}"), node)
-        }
+        })
     }
 
-    fn filter(fields: &str) -> Filter {
+    fn slice(name: &str, service: &str) -> Object {
+        Object::EndpointSlice(EndpointSlice {
+            address_type: "IPv4".into(),
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                labels: Some(
+                    [(
+                        "kubernetes.io/service-name".to_string(),
+                        service.to_string(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..EndpointSlice::default()
+        })
+    }
+
+    fn filter(kind: Kind, fields: &str, labels: &str) -> Filter {
         Filter {
+            kind,
             namespace: None,
-            fields: FieldSelector::parse(fields).unwrap(),
-            labels: LabelSelector::default(),
+            fields: FieldSelector::parse(fields, kind.fields()).unwrap(),
+            labels: LabelSelector::parse(labels).unwrap(),
         }
     }
 
     #[test]
     fn a_pod_that_stops_matching_is_deleted_and_one_that_starts_is_added() {
-        let f = filter("spec.nodeName=node-a,status.phase!=Succeeded");
-        let change = |prev: Option<PodMeta>, cur: Option<PodMeta>| Change { rv: 7, prev, cur };
+        let f = filter(
+            Kind::Pod,
+            "spec.nodeName=node-a,status.phase!=Succeeded",
+            "",
+        );
+        let change = |prev: Option<Object>, cur: Option<Object>| Change { rv: 7, prev, cur };
         let running = pod("p", "node-a", "Running");
         let done = pod("p", "node-a", "Succeeded");
         let elsewhere = pod("p", "node-b", "Running");
@@ -951,9 +1179,35 @@ mod tests {
     }
 
     #[test]
+    fn filters_see_only_their_kind_and_slices_match_by_label() {
+        let slices = filter(
+            Kind::EndpointSlice,
+            "metadata.namespace=default",
+            "kubernetes.io/service-name=gpu-exporter",
+        );
+        let pods = filter(Kind::Pod, "", "");
+        let ours = slice("gpu-exporter-abc", "gpu-exporter");
+        let theirs = slice("web-abc", "web");
+        let p = pod("p", "n", "Running");
+        assert!(slices.matches(&ours));
+        assert!(!slices.matches(&theirs));
+        assert!(!slices.matches(&p));
+        assert!(pods.matches(&p));
+        assert!(!pods.matches(&ours));
+        // A slice whose Service label changes leaves the watch as a deletion.
+        let c = Change {
+            rv: 3,
+            prev: Some(ours.clone()),
+            cur: Some(theirs),
+        };
+        assert_eq!(slices.event(&c), Some(("DELETED", &ours)));
+        assert_eq!(pods.event(&c), None);
+    }
+
+    #[test]
     fn history_is_bounded_and_remembers_what_it_dropped() {
         let mut store = Store {
-            pods: BTreeMap::new(),
+            objects: BTreeMap::new(),
             version: 1,
             history: VecDeque::new(),
             history_limit: 2,
@@ -981,15 +1235,25 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(Shape::from_headers(&h), Shape::Metadata);
-        let v = render(&pod("p", "n", "Running"), 3, Shape::Metadata).unwrap();
+        let v = pod("p", "n", "Running").render(3, Shape::Metadata).unwrap();
         assert_eq!(v["kind"], "PartialObjectMetadata");
         assert_eq!(v["apiVersion"], "meta.k8s.io/v1");
         assert_eq!(v["metadata"]["resourceVersion"], "3");
         assert!(v.get("spec").is_none() && v.get("status").is_none());
-        let v = render(&pod("p", "n", "Running"), 3, Shape::Full).unwrap();
+        let v = pod("p", "n", "Running").render(3, Shape::Full).unwrap();
         assert_eq!(v["kind"], "Pod");
         assert_eq!(v["spec"]["nodeName"], "n");
         assert_eq!(v["status"]["phase"], "Running");
+        let s = slice("s", "svc");
+        let v = s.render(4, Shape::Full).unwrap();
+        assert_eq!(v["kind"], "EndpointSlice");
+        assert_eq!(v["apiVersion"], "discovery.k8s.io/v1");
+        assert_eq!(v["addressType"], "IPv4");
+        assert_eq!(v["metadata"]["resourceVersion"], "4");
+        let v = s.render(4, Shape::Metadata).unwrap();
+        assert_eq!(v["kind"], "PartialObjectMetadata");
+        assert_eq!(v["metadata"]["labels"]["kubernetes.io/service-name"], "svc");
+        assert!(v.get("endpoints").is_none());
     }
 
     #[test]

@@ -8,9 +8,9 @@
 //!
 //! - [`kubelet::FakeKubelet`]: the kubelet's PodResources v1 gRPC service on a unix
 //!   socket, with failure modes (errors, hangs, garbage, restarts, rate limiting);
-//! - [`apiserver::FakeApiServer`]: the pod list and watch endpoints of a kube-apiserver,
-//!   over plain HTTP, with field and label selectors, metadata-only responses, bookmarks,
-//!   `410 Gone` and outages, as `kube-rs`'s watcher expects them;
+//! - [`apiserver::FakeApiServer`]: the pod and EndpointSlice list and watch endpoints of
+//!   a kube-apiserver, over plain HTTP, with field and label selectors, metadata-only
+//!   responses, bookmarks, `410 Gone` and outages, as `kube-rs`'s watcher expects them;
 //! - [`procfs::FakeProc`]: a `/proc` tree with the `cgroup` files of container processes
 //!   in each layout the kubelet and container runtimes produce.
 //!

@@ -1,9 +1,10 @@
-//! Label and field selectors, as the API server parses and applies them to pods.
+//! Label and field selectors, as the API server parses and applies them.
 //!
 //! The exporter's pod watch depends on the API server filtering by `spec.nodeName` and
-//! `status.phase`, and on it turning "stops matching" into a `DELETED` event; the fake
-//! must therefore evaluate selectors exactly enough that a wrong selector in the
-//! exporter fails a test instead of silently matching everything.
+//! `status.phase`, and on it turning "stops matching" into a `DELETED` event, and the
+//! adapter's EndpointSlice watch on the `kubernetes.io/service-name` label; the fake
+//! must therefore evaluate selectors exactly enough that a wrong selector in a client
+//! fails a test instead of silently matching everything.
 
 use std::collections::BTreeMap;
 
@@ -18,40 +19,52 @@ pub(crate) enum SelectorError {
     MalformedLabel(String),
 }
 
-/// The pod fields a field selector can name (the subset of the API server's pod field
-/// set the fake models).
+/// The fields a field selector can name (the subset of the API server's field sets the
+/// fake models).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PodField {
+pub(crate) enum Field {
     Name,
     Namespace,
     NodeName,
     Phase,
 }
 
-impl PodField {
-    fn parse(name: &str) -> Result<PodField, SelectorError> {
-        Ok(match name {
-            "metadata.name" => PodField::Name,
-            "metadata.namespace" => PodField::Namespace,
-            "spec.nodeName" => PodField::NodeName,
-            "status.phase" => PodField::Phase,
-            other => return Err(SelectorError::UnsupportedField(other.to_string())),
-        })
+/// The fields every kind of object can be selected by.
+pub(crate) const OBJECT_FIELDS: &[Field] = &[Field::Name, Field::Namespace];
+
+/// The fields pods can be selected by.
+pub(crate) const POD_FIELDS: &[Field] =
+    &[Field::Name, Field::Namespace, Field::NodeName, Field::Phase];
+
+impl Field {
+    /// The field `name` names, if it is one of `supported` (the API server refuses
+    /// fields a kind does not define, e.g. `spec.nodeName` on EndpointSlices).
+    fn parse(name: &str, supported: &[Field]) -> Result<Field, SelectorError> {
+        let field = match name {
+            "metadata.name" => Some(Field::Name),
+            "metadata.namespace" => Some(Field::Namespace),
+            "spec.nodeName" => Some(Field::NodeName),
+            "status.phase" => Some(Field::Phase),
+            _ => None,
+        };
+        field
+            .filter(|f| supported.contains(f))
+            .ok_or_else(|| SelectorError::UnsupportedField(name.to_string()))
     }
 }
 
 /// What a field selector looks at in one object.
 pub(crate) trait Fields {
-    fn field(&self, field: PodField) -> &str;
+    fn field(&self, field: Field) -> &str;
 }
 
 /// A parsed field selector: every term must hold.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct FieldSelector(Vec<(PodField, bool, String)>);
+pub(crate) struct FieldSelector(Vec<(Field, bool, String)>);
 
 impl FieldSelector {
-    /// Parses `a=b,c==d,e!=f`; empty selects everything.
-    pub(crate) fn parse(text: &str) -> Result<FieldSelector, SelectorError> {
+    /// Parses `a=b,c==d,e!=f` over the `supported` fields; empty selects everything.
+    pub(crate) fn parse(text: &str, supported: &[Field]) -> Result<FieldSelector, SelectorError> {
         let mut terms = Vec::new();
         for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -67,7 +80,11 @@ impl FieldSelector {
             if field.is_empty() {
                 return Err(SelectorError::MalformedField(term.to_string()));
             }
-            terms.push((PodField::parse(field)?, equal, value.trim().to_string()));
+            terms.push((
+                Field::parse(field, supported)?,
+                equal,
+                value.trim().to_string(),
+            ));
         }
         Ok(FieldSelector(terms))
     }
@@ -200,12 +217,12 @@ mod tests {
     }
 
     impl Fields for Pod {
-        fn field(&self, field: PodField) -> &str {
+        fn field(&self, field: Field) -> &str {
             match field {
-                PodField::Name => self.name,
-                PodField::Namespace => "default",
-                PodField::NodeName => self.node,
-                PodField::Phase => self.phase,
+                Field::Name => self.name,
+                Field::Namespace => "default",
+                Field::NodeName => self.node,
+                Field::Phase => self.phase,
             }
         }
     }
@@ -237,21 +254,33 @@ mod tests {
             "metadata.name!=a",
         ];
         for s in yes {
-            assert!(FieldSelector::parse(s).unwrap().matches(&pod), "{s}");
+            assert!(
+                FieldSelector::parse(s, POD_FIELDS).unwrap().matches(&pod),
+                "{s}"
+            );
         }
         for s in no {
-            assert!(!FieldSelector::parse(s).unwrap().matches(&pod), "{s}");
+            assert!(
+                !FieldSelector::parse(s, POD_FIELDS).unwrap().matches(&pod),
+                "{s}"
+            );
         }
         assert_eq!(
-            FieldSelector::parse("spec.restartPolicy=Always")
+            FieldSelector::parse("spec.restartPolicy=Always", POD_FIELDS)
                 .unwrap_err()
                 .to_string(),
             "field label not supported: spec.restartPolicy"
         );
         assert!(matches!(
-            FieldSelector::parse("spec.nodeName"),
+            FieldSelector::parse("spec.nodeName", POD_FIELDS),
             Err(SelectorError::MalformedField(_))
         ));
+        // A field of another kind is refused, as the API server refuses it.
+        assert_eq!(
+            FieldSelector::parse("spec.nodeName=node-a", OBJECT_FIELDS),
+            Err(SelectorError::UnsupportedField("spec.nodeName".into()))
+        );
+        assert!(FieldSelector::parse("metadata.name=a", OBJECT_FIELDS).is_ok());
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The fake API server, through the real kube-rs client, list, watch and watcher, as
-//! the exporter uses them.
+//! the exporter (pods) and the metrics adapter (pods, EndpointSlices) use them.
 
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::PartialObjectMeta;
@@ -429,4 +431,266 @@ async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
         "a streaming list makes no list call: {requests:?}"
     );
     driver.abort();
+}
+
+const SERVICE_LABEL: &str = "kubernetes.io/service-name";
+
+/// An EndpointSlice of `service` in `namespace` with one `metrics` port and an endpoint
+/// per (address, ready).
+fn slice(namespace: &str, name: &str, service: &str, endpoints: &[(&str, bool)]) -> EndpointSlice {
+    EndpointSlice {
+        address_type: "IPv4".into(),
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some([(SERVICE_LABEL.to_string(), service.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        endpoints: endpoints
+            .iter()
+            .map(|(address, ready)| Endpoint {
+                addresses: vec![address.to_string()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(*ready),
+                    ..EndpointConditions::default()
+                }),
+                ..Endpoint::default()
+            })
+            .collect(),
+        ports: Some(vec![EndpointPort {
+            name: Some("metrics".into()),
+            port: Some(9400),
+            protocol: Some("TCP".into()),
+            ..EndpointPort::default()
+        }]),
+    }
+}
+
+/// (name, [(address, ready)]) of every slice in a reflector's store, sorted.
+fn slice_state(reader: &reflector::Store<EndpointSlice>) -> Vec<(String, Vec<(String, bool)>)> {
+    let mut state: Vec<_> = reader
+        .state()
+        .iter()
+        .map(|s| {
+            let endpoints = s
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let ready = e.conditions.as_ref().and_then(|c| c.ready);
+                    (e.addresses.join(","), ready != Some(false))
+                })
+                .collect();
+            (s.metadata.name.clone().unwrap_or_default(), endpoints)
+        })
+        .collect();
+    state.sort();
+    state
+}
+
+fn expected(slices: &[(&str, &[(&str, bool)])]) -> Vec<(String, Vec<(String, bool)>)> {
+    slices
+        .iter()
+        .map(|(name, endpoints)| {
+            (
+                name.to_string(),
+                endpoints.iter().map(|(a, r)| (a.to_string(), *r)).collect(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_endpoint_slice_watcher_by_service_label_sees_adds_updates_and_deletes() {
+    let server = FakeApiServer::start().unwrap();
+    server.apply_endpoint_slice(slice(
+        "gpu-monitoring",
+        "gpu-exporter-a",
+        "gpu-exporter",
+        &[("10.0.0.1", true)],
+    ));
+    // Another Service's slice, and the same Service name in another namespace: neither
+    // is seen.
+    server.apply_endpoint_slice(slice(
+        "gpu-monitoring",
+        "web-a",
+        "web",
+        &[("10.0.9.1", true)],
+    ));
+    server.apply_endpoint_slice(slice(
+        "other",
+        "gpu-exporter-x",
+        "gpu-exporter",
+        &[("10.0.8.1", true)],
+    ));
+    let (client, _dir) = client(&server).await;
+
+    let (reader, writer) = reflector::store::<EndpointSlice>();
+    let events = watcher(
+        Api::<EndpointSlice>::namespaced(client, "gpu-monitoring"),
+        watcher::Config::default().labels(&format!("{SERVICE_LABEL}=gpu-exporter")),
+    )
+    .default_backoff();
+    let driver = tokio::spawn(reflector(writer, events).for_each(|_| async {}));
+    let within = Duration::from_secs(20);
+
+    let want = expected(&[("gpu-exporter-a", &[("10.0.0.1", true)])]);
+    assert!(
+        eventually(within, || slice_state(&reader) == want).await,
+        "{:?}",
+        slice_state(&reader)
+    );
+    let a = reader.state()[0].clone();
+    assert_eq!(a.ports.as_ref().and_then(|p| p[0].port), Some(9400));
+    assert!(a.metadata.uid.is_some());
+
+    // Add a second slice; update the first (a new endpoint, one turning unready).
+    server.apply_endpoint_slice(slice(
+        "gpu-monitoring",
+        "gpu-exporter-b",
+        "gpu-exporter",
+        &[("10.0.1.1", true)],
+    ));
+    server.apply_endpoint_slice(slice(
+        "gpu-monitoring",
+        "gpu-exporter-a",
+        "gpu-exporter",
+        &[("10.0.0.1", false), ("10.0.0.2", true)],
+    ));
+    let want = expected(&[
+        ("gpu-exporter-a", &[("10.0.0.1", false), ("10.0.0.2", true)]),
+        ("gpu-exporter-b", &[("10.0.1.1", true)]),
+    ]);
+    assert!(
+        eventually(within, || slice_state(&reader) == want).await,
+        "{:?}",
+        slice_state(&reader)
+    );
+
+    // Delete one; and one whose Service label changes leaves the watch too.
+    assert!(server.delete_endpoint_slice("gpu-monitoring", "gpu-exporter-a"));
+    assert!(!server.delete_endpoint_slice("gpu-monitoring", "gpu-exporter-a"));
+    server.apply_endpoint_slice(slice(
+        "gpu-monitoring",
+        "gpu-exporter-b",
+        "renamed",
+        &[("10.0.1.1", true)],
+    ));
+    assert!(
+        eventually(within, || slice_state(&reader).is_empty()).await,
+        "{:?}",
+        slice_state(&reader)
+    );
+
+    let requests = server.requests();
+    assert!(
+        requests.iter().any(|r| r.starts_with(
+            "GET /apis/discovery.k8s.io/v1/namespaces/gpu-monitoring/endpointslices?"
+        ) && r.contains("watch=true")
+            && r.contains("labelSelector=kubernetes.io%2Fservice-name%3Dgpu-exporter")),
+        "{requests:?}"
+    );
+    driver.abort();
+}
+
+#[tokio::test]
+async fn endpoint_slices_list_get_and_resume_beside_pods() {
+    let server = FakeApiServer::start().unwrap();
+    let (client, _dir) = client(&server).await;
+    let start = server.resource_version();
+    server.apply(pod("p1", "node-a", &[]));
+    server.apply_endpoint_slice(slice(
+        "gpu-monitoring",
+        "s1",
+        "gpu-exporter",
+        &[("10.0.0.1", true)],
+    ));
+    server.apply_endpoint_slice(slice("ml", "s2", "gpu-exporter", &[("10.0.0.2", true)]));
+    // A no-op apply is no change.
+    let rv = server.resource_version();
+    server.apply_endpoint_slice(slice("ml", "s2", "gpu-exporter", &[("10.0.0.2", true)]));
+    assert_eq!(server.resource_version(), rv);
+    assert_eq!(server.endpoint_slices().len(), 2);
+
+    // Cluster-wide list with a label selector; full objects with the list's version.
+    let all: Api<EndpointSlice> = Api::all(client.clone());
+    let list = all
+        .list(&ListParams::default().labels(&format!("{SERVICE_LABEL}=gpu-exporter")))
+        .await
+        .unwrap();
+    assert_eq!(list.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    let names: Vec<_> = list
+        .items
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["s1", "s2"]);
+    assert_eq!(list.items[0].endpoints[0].addresses, ["10.0.0.1"]);
+    assert!(
+        all.list(&ListParams::default().labels(&format!("{SERVICE_LABEL}=nope")))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // Metadata-only lists work for slices too.
+    let meta = all.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(meta.items.len(), 2);
+
+    // Get one; a missing one is a NotFound Status naming the resource.
+    let ml: Api<EndpointSlice> = Api::namespaced(client.clone(), "ml");
+    let s2 = ml.get("s2").await.unwrap();
+    assert_eq!(s2.metadata.namespace.as_deref(), Some("ml"));
+    let (code, reason, message) = api_error(ml.get("s1").await.unwrap_err());
+    assert_eq!(
+        (code, reason.as_str(), message.as_str()),
+        (404, "NotFound", "endpointslices \"s1\" not found")
+    );
+    // Pod fields are not EndpointSlice fields.
+    let (code, _, message) = api_error(
+        all.list(&ListParams::default().fields("spec.nodeName=node-a"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (400, "field label not supported: spec.nodeName")
+    );
+
+    // Resuming from one version: each kind's watch sees only its own changes.
+    let params = WatchParams::default().timeout(1);
+    let slice_events: Vec<_> = all
+        .watch(&params, &start)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let added: Vec<_> = slice_events
+        .iter()
+        .map(|e| match e {
+            WatchEvent::Added(s) => s.metadata.name.clone().unwrap(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(added, ["s1", "s2"]);
+    let pod_events: Vec<_> = Api::<Pod>::all(client)
+        .watch(&params, &start)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(pod_events.len(), 1, "{pod_events:?}");
+
+    // 410 Gone for slices beyond the history, as for pods.
+    server.set_history_limit(1);
+    let mut stream = all
+        .watch(&WatchParams::default(), &start)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Error(status)) => assert_eq!(status.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
 }

@@ -38,7 +38,8 @@ const SAMPLE: Duration = Duration::from_secs(1);
 const DEFAULT_SCRAPE: Duration = Duration::from_secs(2);
 const TARGET: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(1);
-const QUERY: &str = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/trainer-0/gpu_utilization";
+const QUERY: &str =
+    "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/trainer-0/gpu_utilization";
 
 /// The emulated exporter: the GPU's current utilisation, and the body of the last sample.
 struct Exporter {
@@ -130,7 +131,7 @@ async fn run_config(
     let fleet = Arc::new(ArcSwap::from_pointee(source::Fleet::default()));
     let scraper = tokio::spawn(source::run(
         source::ScrapeOptions {
-            targets: vec![url.to_string()],
+            targets: Arc::new(ArcSwap::from_pointee(vec![url.to_string()])),
             interval: scrape,
             // The default 1.5 s of 2 s.
             timeout: scrape.mul_f64(0.75),

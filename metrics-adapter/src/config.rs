@@ -31,6 +31,33 @@ pub struct Cli {
     #[arg(long = "exporter-url", value_name = "URL")]
     pub exporter_urls: Vec<String>,
 
+    /// The exporter Service, NAMESPACE/NAME, whose EndpointSlices list the exporters to
+    /// scrape when no --exporter-url is given.
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "gpu-monitoring/gpu-exporter", value_parser = parse_service)]
+    pub exporter_service: ServiceRef,
+
+    /// The EndpointSlice port to scrape; a slice with a single port is scraped on it
+    /// whatever its name.
+    #[arg(long, value_name = "NAME", default_value = "metrics")]
+    pub exporter_port_name: String,
+
+    /// Query this Prometheus-compatible API (Prometheus, Thanos, Mimir) instead of
+    /// scraping the exporters, e.g. http://prometheus.monitoring:9090.
+    #[arg(long, value_name = "URL", conflicts_with = "exporter_urls")]
+    pub prometheus_url: Option<String>,
+
+    /// Extra header for Prometheus queries, `Name: value` (repeatable), e.g. a tenant ID.
+    #[arg(long = "prometheus-header", value_name = "HEADER", value_parser = parse_header)]
+    pub prometheus_headers: Vec<(String, String)>,
+
+    /// File with a bearer token for Prometheus (read at every query round).
+    #[arg(long, value_name = "PATH")]
+    pub prometheus_bearer_token_file: Option<std::path::PathBuf>,
+
+    /// PEM CA bundle for an https Prometheus URL; default: the system's roots.
+    #[arg(long, value_name = "PATH")]
+    pub prometheus_ca_file: Option<std::path::PathBuf>,
+
     /// How often to scrape every exporter: 2s, 500ms, or milliseconds.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub scrape_interval: Duration,
@@ -78,4 +105,56 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is outside 10ms..1h"));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `Name: value` → (name, value), the name a valid HTTP header name.
+pub fn parse_header(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not `Name: value`"))?;
+    let name = name.trim();
+    axum::http::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{name:?} is not a valid header name"))?;
+    axum::http::HeaderValue::from_str(value.trim())
+        .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+    Ok((name.to_string(), value.trim().to_string()))
+}
+
+/// A Service by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ServiceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `NAMESPACE/NAME` → [`ServiceRef`], both DNS labels as Kubernetes requires, so a typo
+/// fails at startup instead of silently watching nothing.
+pub fn parse_service(text: &str) -> Result<ServiceRef, String> {
+    let (namespace, name) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{text:?} is not NAMESPACE/NAME"))?;
+    for part in [namespace, name] {
+        let label = !part.is_empty()
+            && part.len() <= 63
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-');
+        if !label {
+            return Err(format!(
+                "{text:?}: {part:?} is not a namespace or Service name (lowercase letters, digits and '-', at most 63)"
+            ));
+        }
+    }
+    Ok(ServiceRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
 }

@@ -11,11 +11,13 @@
 pub mod api;
 pub mod config;
 pub mod derive;
+pub mod discovery;
 pub mod error;
 pub mod exposition;
 pub mod http;
 pub mod keda;
 pub mod pods;
+pub mod prometheus;
 pub mod query;
 pub mod source;
 
@@ -26,11 +28,6 @@ use std::sync::Arc;
 
 /// Run the adapter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<(), Error> {
-    if cli.exporter_urls.is_empty() {
-        return Err(Error::Config(
-            "no exporters: pass --exporter-url (EndpointSlice discovery of the exporter Service is not built yet)".into(),
-        ));
-    }
     if !cli.insecure_serve_http {
         return Err(Error::Config(
             "TLS serving is not built yet (issue 6); pass --insecure-serve-http for local use"
@@ -49,19 +46,52 @@ pub fn run(cli: Cli) -> Result<(), Error> {
     runtime.block_on(async move {
         let fleet = Arc::new(ArcSwap::from_pointee(source::Fleet::default()));
         let pods = Arc::new(ArcSwap::from_pointee(pods::PodIndex::default()));
-        tokio::spawn(source::run(
-            source::ScrapeOptions {
-                targets: Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone())),
-                interval: cli.scrape_interval,
-                timeout: cli.scrape_timeout,
-                accept: exposition::ACCEPT,
-            },
-            exposition::decode,
-            fleet.clone(),
-        ));
+        // Static from --exporter-url, else kept current by EndpointSlice discovery.
+        let targets = Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone()));
+        let discover = cli.exporter_urls.is_empty() && cli.prometheus_url.is_none();
+        if let Some(url) = &cli.prometheus_url {
+            tracing::info!(url = %url, "source: Prometheus-compatible API");
+            tokio::spawn(prometheus::run(
+                prometheus::PrometheusOptions {
+                    url: url.clone(),
+                    headers: cli.prometheus_headers.clone(),
+                    bearer_token_file: cli.prometheus_bearer_token_file.clone(),
+                    ca_file: cli.prometheus_ca_file.clone(),
+                    interval: cli.scrape_interval,
+                    timeout: cli.scrape_timeout,
+                    staleness: cli.staleness(),
+                },
+                fleet.clone(),
+            ));
+        } else {
+            tokio::spawn(source::run(
+                source::ScrapeOptions {
+                    targets: targets.clone(),
+                    interval: cli.scrape_interval,
+                    timeout: cli.scrape_timeout,
+                    accept: exposition::ACCEPT,
+                },
+                exposition::decode,
+                fleet.clone(),
+            ));
+        }
         match kube_client(cli.kubeconfig.as_deref()).await {
             Ok(client) => {
+                if discover {
+                    tokio::spawn(discovery::watch_exporters(
+                        client.clone(),
+                        cli.exporter_service.clone(),
+                        cli.exporter_port_name.clone(),
+                        targets,
+                    ));
+                }
                 tokio::spawn(pods::watch(client, pods.clone()));
+            }
+            Err(e) if discover => {
+                return Err(Error::Config(format!(
+                    "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
+                    cli.exporter_service
+                )));
             }
             Err(e) => tracing::warn!(error = %e, "no Kubernetes API access: label selectors and workload metrics are unavailable"),
         }
@@ -92,7 +122,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             .await
             .map_err(|e| Error::Listen(address.clone(), e))?;
         let local = listener.local_addr().map_err(Error::Io)?;
-        tracing::info!(address = %local, targets = cli.exporter_urls.len(), "listening");
+        tracing::info!(address = %local, "listening");
         axum::serve(listener, http::router(state))
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;

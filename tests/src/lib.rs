@@ -1,6 +1,8 @@
 //! Shared infrastructure for the end-to-end tests: run the real exporter binary, a real
 //! Prometheus and promtool, and wait on conditions (never on fixed sleeps).
 
+pub mod hpa;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

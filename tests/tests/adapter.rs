@@ -104,18 +104,10 @@ fn items(v: &Value) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// The HPA's replica count for a Pods or External `AverageValue` target, from the
-/// adapter's per-pod items (kubernetes/kubernetes replica_calculator.go, no missing or
-/// unready pods): usage is the sum of milli-values; within 10 % tolerance the count
-/// stays, else ceil(usage / target).
+/// The HPA's replica count for an `AverageValue` target over the adapter's items.
 fn hpa_average_value(current: i64, items: &[(String, i64)], target_milli: i64) -> i64 {
-    let usage: i64 = items.iter().map(|(_, m)| m).sum();
-    let ratio = usage as f64 / (target_milli as f64 * current as f64);
-    if (0.9..=1.1).contains(&ratio) {
-        current
-    } else {
-        (usage as f64 / target_milli as f64).ceil() as i64
-    }
+    let milli: Vec<i64> = items.iter().map(|(_, m)| *m).collect();
+    e2e_tests::hpa::average_value(current, &milli, target_milli)
 }
 
 #[test]
@@ -187,8 +179,13 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     let d = a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization");
     assert_eq!(d["items"][0]["describedObject"]["kind"], "Deployment");
     assert_eq!(items(&d), vec![("resnet".to_string(), 36_000)]);
-    let r = 36_000f64 / 30_000f64;
-    assert_eq!((r * 2.0).ceil() as i64, 3);
+    assert_eq!(e2e_tests::hpa::value(2, 2, &[36_000], 30_000), 3);
+    // And a Pods AverageValue target over the same pods gives the same answer.
+    let per_pod: Vec<i64> = items(&v).iter().map(|(_, m)| *m).collect();
+    assert_eq!(
+        e2e_tests::hpa::pods_average_value(2, &per_pod, 0, 30_000),
+        3
+    );
 
     // metrics-api JSON for KEDA's metrics-api trigger: the sum over the Deployment's
     // pods, for KEDA's default AverageValue.

@@ -198,16 +198,18 @@ impl Hasher for AddrHasher {
     }
 }
 
-/// Bytes kept for a family's length prefix while it is written: a varint of 3 bytes
-/// holds lengths below 2 MiB, so a family of that size or more than 16 KiB is written in
-/// place; a smaller one moves back by a byte or two, a bigger one forward.
-const LEN_RESERVED: usize = 3;
-
-/// The protobuf writer: each family goes straight to `out` behind room for its length.
+/// The protobuf writer: each family goes straight to `out`, behind room for its length.
+///
+/// A family's length is known only once it ends, and a varint's size depends on it. The
+/// room kept is the size the previous family's length took: the families of a snapshot
+/// are alike (one series per entity, the same label sets), so the guess mostly holds and
+/// the family stays in place; when it does not, the family moves by a byte or two.
 pub(crate) struct ProtoSink<'a, 'o> {
     out: &'o mut Vec<u8>,
-    /// Where the open family starts (its length prefix), if one is open.
-    family_at: Option<usize>,
+    /// Where the open family starts (its length prefix) and the room kept for that.
+    family_at: Option<(usize, usize)>,
+    /// Room to keep for the next family's length.
+    len_room: usize,
     /// Metrics in the open family so far: a family without any is left out, as client
     /// libraries do (the text format still prints its HELP and TYPE).
     metrics: usize,
@@ -222,6 +224,7 @@ impl<'a, 'o> ProtoSink<'a, 'o> {
         ProtoSink {
             out,
             family_at: None,
+            len_room: 3,
             metrics: 0,
             value_field: field::METRIC_GAUGE,
             labels: HashMap::default(),
@@ -235,38 +238,38 @@ impl<'a, 'o> ProtoSink<'a, 'o> {
 
     /// Write the open family's length in front of it, or drop it if it has no metrics.
     fn end_family(&mut self) {
-        let Some(at) = self.family_at.take() else {
+        let Some((at, room)) = self.family_at.take() else {
             return;
         };
         if self.metrics == 0 {
             self.out.truncate(at);
             return;
         }
-        let body = at + LEN_RESERVED;
+        let body = at + room;
         let len = self.out.len() - body;
         let n = encoded_len_varint(len as u64);
-        match n.cmp(&LEN_RESERVED) {
+        match n.cmp(&room) {
             Ordering::Less => {
                 self.out.copy_within(body.., at + n);
                 self.out.truncate(at + n + len);
             }
             Ordering::Greater => {
-                self.out
-                    .splice(at..at, std::iter::repeat_n(0, n - LEN_RESERVED));
+                self.out.splice(at..at, std::iter::repeat_n(0, n - room));
             }
             Ordering::Equal => {}
         }
         let (prefix, written) = varint(len as u64);
         debug_assert_eq!(written, n);
         self.out[at..at + n].copy_from_slice(&prefix[..n]);
+        // self.len_room = n;
         self.metrics = 0;
     }
 
     fn start_family(&mut self, name: &str, help: &str, ty: proto::MetricType) {
         self.end_family();
-        self.family_at = Some(self.out.len());
+        self.family_at = Some((self.out.len(), self.len_room));
         let out = &mut *self.out;
-        out.extend_from_slice(&[0; LEN_RESERVED]);
+        out.extend(std::iter::repeat_n(0, self.len_room));
         put_bytes(out, field::FAMILY_NAME, name.as_bytes());
         put_bytes(out, field::FAMILY_HELP, help.as_bytes());
         put_key(out, field::FAMILY_TYPE, WireType::Varint);
@@ -368,13 +371,12 @@ fn varint(mut v: u64) -> ([u8; 10], usize) {
 }
 
 #[inline]
-fn put_varint(buf: &mut Vec<u8>, v: u64) {
-    if v < 0x80 {
-        buf.push(v as u8);
-    } else {
-        let (bytes, n) = varint(v);
-        buf.extend_from_slice(&bytes[..n]);
+fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
     }
+    buf.push(v as u8);
 }
 
 /// A length-delimited field.
@@ -405,6 +407,7 @@ fn label_field_len(name: &str, value: &str) -> usize {
 
 /// One `Metric.label` field: a `LabelPair` of raw strings.
 fn put_label(buf: &mut Vec<u8>, name: &str, value: &str) {
+    buf.reserve(label_field_len(name, value));
     put_key(buf, field::METRIC_LABEL, WireType::LengthDelimited);
     put_varint(buf, label_pair_len(name, value) as u64);
     put_bytes(buf, field::LABEL_NAME, name.as_bytes());
@@ -416,7 +419,7 @@ fn put_label(buf: &mut Vec<u8>, name: &str, value: &str) {
 /// escaping, so they are well formed; were one not, the pairs before the fault are
 /// kept and debug builds stop.
 fn encode_label_text(text: &str) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(text.len() + 8 * text.matches('=').count());
+    let mut buf = Vec::with_capacity(text.len() + 64);
     let mut rest = text;
     while !rest.is_empty() {
         let Some((name, value, after)) = next_label(rest) else {
@@ -432,8 +435,9 @@ fn encode_label_text(text: &str) -> Vec<u8> {
 /// The first `name="value"` of `text`: name, unescaped value, and what follows the
 /// closing quote. Escapes are the text format's: `\\`, `\"` and `\n`.
 fn next_label(text: &str) -> Option<(&str, Cow<'_, str>, &str)> {
-    // Label names hold neither `=` nor `"`: a byte search finds the value's start.
-    let eq = text.find('=')?;
+    // Label names hold neither `=` nor `"`; names are short, so a plain scan is the
+    // fastest search.
+    let eq = text.bytes().position(|b| b == b'=')?;
     let (name, quoted) = (&text[..eq], text[eq + 1..].strip_prefix('"')?);
     let bytes = quoted.as_bytes();
     let mut value: Option<String> = None;

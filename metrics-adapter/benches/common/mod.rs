@@ -16,9 +16,21 @@ pub const CONTENT_TYPE: &str =
 /// The exporter's default counters (`default-counters.csv`, less the driver-version
 /// label): 25 families, 6 of which the adapter reads.
 pub const FAMILIES: [(&str, bool, &str); 25] = [
-    ("DCGM_FI_DEV_SM_CLOCK", false, "SM clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEM_CLOCK", false, "Memory clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEMORY_TEMP", false, "Memory temperature (in C)."),
+    (
+        "DCGM_FI_DEV_SM_CLOCK",
+        false,
+        "SM clock frequency (in MHz).",
+    ),
+    (
+        "DCGM_FI_DEV_MEM_CLOCK",
+        false,
+        "Memory clock frequency (in MHz).",
+    ),
+    (
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        false,
+        "Memory temperature (in C).",
+    ),
     ("DCGM_FI_DEV_GPU_TEMP", false, "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", false, "Power draw (in W)."),
     (
@@ -32,7 +44,11 @@ pub const FAMILIES: [(&str, bool, &str); 25] = [
         "Total number of PCIe retries.",
     ),
     ("DCGM_FI_DEV_GPU_UTIL", false, "GPU utilization (in %)."),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", false, "Memory utilization (in %)."),
+    (
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        false,
+        "Memory utilization (in %).",
+    ),
     ("DCGM_FI_DEV_ENC_UTIL", false, "Encoder utilization (in %)."),
     ("DCGM_FI_DEV_DEC_UTIL", false, "Decoder utilization (in %)."),
     (
@@ -40,8 +56,16 @@ pub const FAMILIES: [(&str, bool, &str); 25] = [
         false,
         "Value of the last XID error encountered.",
     ),
-    ("DCGM_FI_DEV_FB_FREE", false, "Framebuffer memory free (in MiB)."),
-    ("DCGM_FI_DEV_FB_USED", false, "Framebuffer memory used (in MiB)."),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        false,
+        "Framebuffer memory free (in MiB).",
+    ),
+    (
+        "DCGM_FI_DEV_FB_USED",
+        false,
+        "Framebuffer memory used (in MiB).",
+    ),
     (
         "DCGM_FI_DEV_FB_RESERVED",
         false,

@@ -1,0 +1,370 @@
+//! The Prometheus-compatible source (`--prometheus-url`): for clusters that already run
+//! Prometheus, Thanos or Mimir, the adapter asks it instead of scraping every exporter.
+//!
+//! Each interval it runs one instant query per family it derives from, plus one for the
+//! samples' own timestamps (an instant query reports its evaluation time, not when a
+//! sample was scraped, so freshness needs `timestamp()`), and feeds the same per-pod
+//! derivation as the direct source. Series older than `--max-staleness` are dropped.
+//!
+//! Labels: scraped with `honorLabels: true`, series carry the exporter's `pod` and
+//! `namespace`. With `honorLabels: false` Prometheus renames them `exported_pod` and
+//! `exported_namespace` (its own `pod`/`namespace` then name the exporter pod); those
+//! are taken when present.
+
+use crate::derive::{Series, pod_values};
+use crate::source::{Fleet, Observed};
+use arc_swap::ArcSwap;
+use axum::body::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The families per-pod values are derived from.
+pub const FAMILIES: [&str; 6] = [
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+];
+
+/// Largest query answer accepted.
+const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
+
+/// How to reach the Prometheus-compatible API.
+#[derive(Debug, Clone)]
+pub struct PrometheusOptions {
+    /// Base URL, e.g. `http://prometheus.monitoring:9090` (the `/api/v1/query` path is
+    /// appended; a Mimir or Thanos prefix such as `/prometheus` is kept).
+    pub url: String,
+    /// Extra headers, e.g. `X-Scope-OrgID: tenant-a`.
+    pub headers: Vec<(String, String)>,
+    /// A file holding a bearer token, read at every round (rotated tokens work).
+    pub bearer_token_file: Option<PathBuf>,
+    /// PEM CA bundle for https; default: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub staleness: Duration,
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Empty<Bytes>,
+>;
+
+/// An https-or-http client trusting `ca_file` (or the system's roots).
+pub fn client(ca_file: Option<&std::path::Path>) -> Result<Client, String> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            for cert in rustls_pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("{}: {e}", path.display()))?
+            {
+                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            for cert in native.certs {
+                // A system certificate rustls cannot parse is skipped, as browsers do.
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(https),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct QueryResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<QueryData>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QueryData {
+    result_type: String,
+    result: Vec<VectorSample>,
+}
+
+#[derive(Debug, Deserialize)]
+struct VectorSample {
+    metric: HashMap<String, String>,
+    /// `[evaluation time, "value"]`.
+    value: (f64, String),
+}
+
+/// Percent-encode a PromQL query for a URL query string.
+fn encode_query(q: &str) -> String {
+    let mut out = String::with_capacity(q.len() * 3);
+    for b in q.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+async fn instant_query(
+    client: &Client,
+    opts: &PrometheusOptions,
+    token: Option<&str>,
+    query: &str,
+) -> Result<Vec<VectorSample>, String> {
+    let url = format!(
+        "{}/api/v1/query?query={}",
+        opts.url.trim_end_matches('/'),
+        encode_query(query)
+    );
+    let mut req = axum::http::Request::get(&url);
+    for (k, v) in &opts.headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    if let Some(t) = token {
+        req = req.header(axum::http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("bad request: {e}"))?;
+    let work = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        let parsed: QueryResponse = serde_json::from_slice(&body)
+            .map_err(|e| format!("HTTP {status}: not a Prometheus API answer ({e})"))?;
+        if parsed.status != "success" {
+            return Err(format!(
+                "HTTP {status}: {}",
+                parsed.error.unwrap_or_else(|| "query failed".into())
+            ));
+        }
+        let data = parsed.data.ok_or("no data in the answer")?;
+        if data.result_type != "vector" {
+            return Err(format!("expected a vector, got {}", data.result_type));
+        }
+        Ok(data.result)
+    };
+    tokio::time::timeout(opts.timeout, work)
+        .await
+        .map_err(|_| format!("no answer within {:?}", opts.timeout))?
+}
+
+/// A series' labels without the name, sorted: the key joining a family's samples with
+/// their `timestamp()`.
+fn identity(metric: &HashMap<String, String>) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = metric
+        .iter()
+        .filter(|(k, _)| k.as_str() != "__name__")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The workload labels of a series as the exporter wrote them.
+fn exporter_labels(metric: &HashMap<String, String>) -> Vec<(String, String)> {
+    let mut labels: Vec<(String, String)> = Vec::with_capacity(metric.len());
+    for (k, v) in metric {
+        match k.as_str() {
+            "__name__" => {}
+            "pod" | "namespace" | "container" if metric.contains_key(&format!("exported_{k}")) => {}
+            _ => match k.strip_prefix("exported_") {
+                Some(base @ ("pod" | "namespace" | "container")) => {
+                    labels.push((base.to_string(), v.clone()))
+                }
+                _ => labels.push((k.clone(), v.clone())),
+            },
+        }
+    }
+    labels
+}
+
+/// One round: every family and its samples' timestamps, then per-pod values.
+async fn round(client: &Client, opts: &PrometheusOptions) -> Result<Fleet, String> {
+    let token = match &opts.bearer_token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    // Per family: its samples, and their scrape times (`timestamp()` drops the name,
+    // so it is asked per family: over several families it would collide).
+    let token = token.as_deref();
+    let answers = futures_util::future::join_all(FAMILIES.iter().map(|f| async move {
+        let stamps_query = format!("timestamp({f})");
+        let (values, stamps) = tokio::join!(
+            instant_query(client, opts, token, f),
+            instant_query(client, opts, token, &stamps_query)
+        );
+        (*f, values, stamps)
+    }))
+    .await;
+    let now_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let mut series = Vec::new();
+    // Per pod: the oldest sample time among its series.
+    let mut oldest: HashMap<(String, String), f64> = HashMap::new();
+    for (family, values, stamps) in answers {
+        let stamps: HashMap<Vec<(String, String)>, f64> = stamps?
+            .into_iter()
+            .filter_map(|s| Some((identity(&s.metric), s.value.1.parse::<f64>().ok()?)))
+            .collect();
+        for s in values? {
+            let Some(at) = stamps.get(&identity(&s.metric)).copied() else {
+                continue;
+            };
+            if now_unix - at > opts.staleness.as_secs_f64() {
+                continue;
+            }
+            let Ok(value) = s.value.1.parse::<f64>() else {
+                continue;
+            };
+            let labels = exporter_labels(&s.metric);
+            let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if let (Some(ns), Some(pod)) = (get("namespace"), get("pod")) {
+                let slot = oldest.entry((ns, pod)).or_insert(at);
+                *slot = slot.min(at);
+            }
+            series.push(Series {
+                name: family.to_string(),
+                labels,
+                value,
+            });
+        }
+    }
+    let now = Instant::now();
+    let pods = pod_values(&series)
+        .into_iter()
+        .map(|(pod, values)| {
+            let at = oldest.get(&pod).copied().unwrap_or(now_unix);
+            let age = Duration::from_secs_f64((now_unix - at).max(0.0));
+            let observed = Observed {
+                values,
+                at: UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0)),
+                seen: now.checked_sub(age).unwrap_or(now),
+            };
+            (pod, observed)
+        })
+        .collect();
+    Ok(Fleet {
+        pods,
+        targets: 1,
+        answered: 1,
+        last_answer: Some(now),
+    })
+}
+
+/// Query forever, publishing into `store` after every successful round. A failed round
+/// keeps the previous view, whose values then age out.
+pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
+    let client = match client(opts.ca_file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot set up the Prometheus client");
+            return;
+        }
+    };
+    let mut failing = false;
+    let mut ticker = tokio::time::interval(opts.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match round(&client, &opts).await {
+            Ok(fleet) => {
+                if failing {
+                    tracing::info!(url = %opts.url, "Prometheus answers again");
+                    failing = false;
+                }
+                store.store(Arc::new(fleet));
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(url = %opts.url, error = %e, "Prometheus query failed; values age out after the staleness limit");
+                    failing = true;
+                }
+                let last = store.load_full();
+                store.store(Arc::new(Fleet {
+                    answered: 0,
+                    ..Fleet::clone(&last)
+                }));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exported_labels_win_over_prometheus_target_labels() {
+        let m: HashMap<String, String> = [
+            ("__name__", "DCGM_FI_DEV_GPU_UTIL"),
+            ("pod", "gpu-exporter-x7k2p"),
+            ("namespace", "gpu-monitoring"),
+            ("exported_pod", "resnet-0"),
+            ("exported_namespace", "inference"),
+            ("UUID", "GPU-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut l = exporter_labels(&m);
+        l.sort();
+        assert_eq!(
+            l,
+            vec![
+                ("UUID".to_string(), "GPU-1".to_string()),
+                ("namespace".to_string(), "inference".to_string()),
+                ("pod".to_string(), "resnet-0".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn queries_are_percent_encoded() {
+        assert_eq!(
+            encode_query("timestamp({__name__=~\"A|B\"})"),
+            "timestamp%28%7B__name__%3D~%22A%7CB%22%7D%29"
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! gpu-metrics-adapter end to end, exporter discovery: no `--exporter-url`; the adapter
+//! finds the exporter through the EndpointSlices of its Service in the (fake) API
+//! server, and its targets follow the slices as they come and go.
+
+use e2e_tests::{Exporter, KubeNode, Process, binary, get, wait_for, workspace};
+use gpu_metrics_adapter::api::quantity::milli_value;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const SCENARIO: &str = "tests/fixtures/pods-node.toml";
+const NAMESPACE: &str = "gpu-monitoring";
+const TRAIN_0: &str =
+    "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes";
+
+/// The adapter binary, its log and its API base URL.
+struct Adapter {
+    process: Process,
+    base: String,
+}
+
+impl Adapter {
+    /// Starts the adapter against `node`'s API server, without `--exporter-url`.
+    fn start(node: &KubeNode, extra: &[&str]) -> Adapter {
+        let mut process = Process::spawn(adapter_command(node.kubeconfig(), extra));
+        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
+        let addr = line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address")
+            .to_string();
+        Adapter {
+            process,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let (status, body) = get(&format!("{}{path}", self.base));
+        let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        (status, json)
+    }
+}
+
+fn adapter_command(kubeconfig: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(binary("gpu-metrics-adapter"));
+    cmd.current_dir(workspace())
+        .args([
+            "--insecure-serve-http",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            "0",
+            "--grpc-port",
+            "0",
+        ])
+        .args(["--scrape-interval", "300ms", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(extra)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+fn exporter(node: &KubeNode) -> Exporter {
+    let socket = node.socket().display().to_string();
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let proc_root = node.proc_root().display().to_string();
+    Exporter::start(
+        &[
+            &format!("--simulate={SCENARIO}"),
+            "-c",
+            "200",
+            "-k",
+            "--kubernetes-refresh-interval",
+            "200ms",
+            "--pod-resources-kubelet-socket",
+            &socket,
+            "--kubeconfig",
+            &kubeconfig,
+            "--proc-root",
+            &proc_root,
+        ],
+        &[("NODE_NAME", "node-a")],
+    )
+}
+
+/// An EndpointSlice of `service` with a `metrics` port and one endpoint per
+/// (address, ready), as the EndpointSlice controller writes it.
+fn slice(name: &str, service: &str, port: u16, endpoints: &[(&str, bool)]) -> EndpointSlice {
+    EndpointSlice {
+        address_type: "IPv4".into(),
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(
+                [(
+                    "kubernetes.io/service-name".to_string(),
+                    service.to_string(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        endpoints: endpoints
+            .iter()
+            .map(|(address, ready)| Endpoint {
+                addresses: vec![address.to_string()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(*ready),
+                    serving: Some(*ready),
+                    terminating: Some(false),
+                }),
+                ..Endpoint::default()
+            })
+            .collect(),
+        ports: Some(vec![EndpointPort {
+            name: Some("metrics".into()),
+            port: Some(i32::from(port)),
+            protocol: Some("TCP".into()),
+            ..EndpointPort::default()
+        }]),
+    }
+}
+
+/// (pod name, milli-value) of a MetricValueList.
+fn items(v: &Value) -> Vec<(String, i64)> {
+    v["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no items in {v}"))
+        .iter()
+        .map(|i| {
+            let q = i["value"].as_str().expect("quantity string");
+            (
+                i["describedObject"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                milli_value(q).expect("valid quantity"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_adapter_scrapes_the_exporters_its_service_s_endpoint_slices_list() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let port: u16 = e
+        .base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the exporter's port");
+    // The exporter's slice, with a not-ready endpoint that must not be scraped (nothing
+    // listens there), and another Service's slice that must not be read.
+    let ours = slice(
+        "gpu-exporter-x7k2p",
+        "gpu-exporter",
+        port,
+        &[("127.0.0.1", true), ("127.0.0.3", false)],
+    );
+    node.api().apply_endpoint_slice(ours.clone());
+    node.api()
+        .apply_endpoint_slice(slice("web-9f8d7", "web", port, &[("127.0.0.2", true)]));
+
+    let a = Adapter::start(
+        &node,
+        &[
+            "--exporter-service",
+            &format!("{NAMESPACE}/gpu-exporter"),
+            "--max-staleness",
+            "1s",
+        ],
+    );
+
+    // Per-pod metrics arrive through the discovered exporter.
+    let v = wait_for("train-0 through discovery", Duration::from_secs(30), || {
+        let (status, v) = a.get(TRAIN_0);
+        (status == 200).then_some(v)
+    });
+    assert_eq!(
+        items(&v),
+        vec![("train-0".to_string(), 40_960 * 1_048_576 * 1000)]
+    );
+    let all =
+        a.get("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization");
+    assert_eq!(all.0, 200, "{}", all.1);
+    assert_eq!(items(&all.1).len(), 2, "{}", all.1);
+    let log = a.process.log();
+    assert!(
+        log.contains("exporter targets changed") && log.contains("exporters=1"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("127.0.0.2") && !log.contains("127.0.0.3"),
+        "{log}"
+    );
+
+    // The slice goes (the exporter pod is deleted, the Service changes): the pods'
+    // data stops being served within the staleness limit.
+    assert!(
+        node.api()
+            .delete_endpoint_slice(NAMESPACE, "gpu-exporter-x7k2p")
+    );
+    wait_for(
+        "train-0 gone with its slice",
+        Duration::from_secs(30),
+        || (a.get(TRAIN_0).0 == 404).then_some(()),
+    );
+    let (_, body) = a.get(TRAIN_0);
+    assert_eq!(body["reason"], "NotFound", "{body}");
+    assert!(
+        a.process.log().contains("no ready exporters"),
+        "{}",
+        a.process.log()
+    );
+    // The exporter itself still answers: it is the targets that changed.
+    assert_eq!(get(&e.url("/metrics")).0, 200);
+
+    // And it comes back with the slice.
+    node.api().apply_endpoint_slice(ours);
+    wait_for(
+        "train-0 back with its slice",
+        Duration::from_secs(30),
+        || (a.get(TRAIN_0).0 == 200).then_some(()),
+    );
+}
+
+#[test]
+fn without_exporter_urls_the_adapter_needs_kubernetes_access() {
+    let missing = workspace().join("no/such/kubeconfig");
+    let mut process = Process::spawn(adapter_command(&missing, &[]));
+    assert_eq!(process.wait_exit(Duration::from_secs(30)), Some(1));
+    let log = process.log();
+    assert!(
+        log.contains("no --exporter-url")
+            && log.contains("EndpointSlices of gpu-monitoring/gpu-exporter"),
+        "{log}"
+    );
+}
