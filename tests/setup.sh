@@ -29,6 +29,9 @@ fi
 if ! command -v wrk >/dev/null 2>&1; then
     apt_packages+=(wrk)
 fi
+if ! command -v curl >/dev/null 2>&1; then
+    apt_packages+=(curl)
+fi
 if ! command -v nm >/dev/null 2>&1 || ! command -v readelf >/dev/null 2>&1; then
     apt_packages+=(binutils)
 fi
@@ -61,4 +64,11 @@ if ! python3 -c 'import pynvml' >/dev/null 2>&1; then
         echo "tests/setup.sh: pynvml still cannot be imported after installing nvidia-ml-py" >&2
         exit 1
     }
+fi
+
+# kubectl comes with the machine (the tests run `kubectl get --raw` against the adapter);
+# say so plainly rather than fail deep inside a test.
+if ! command -v kubectl >/dev/null 2>&1; then
+    echo "tests/setup.sh: kubectl is not installed; install it (https://kubernetes.io/docs/tasks/tools/) and rerun" >&2
+    exit 1
 fi

@@ -66,6 +66,9 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         .fallback(|| async {
             ApiError::not_found("the server could not find the requested resource")
         })
+        .method_not_allowed_fallback(|| async {
+            ApiError::method_not_allowed("the metrics APIs are read-only: only get is supported")
+        })
         .with_state(state)
 }
 

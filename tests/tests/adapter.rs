@@ -219,6 +219,12 @@ fn bad_requests_get_kubernetes_status_errors() {
         ("/openapi/v3".into(), 404, "NotFound"),
         (format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization?labelSelector={long}"), 400, "BadRequest"),
     ];
+    let post = ureq_post(&format!(
+        "{}/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization",
+        a.base
+    ));
+    assert_eq!(post.0, 405, "{}", post.1);
+    assert!(post.1.contains("\"kind\":\"Status\""), "{}", post.1);
     for (path, code, reason) in cases {
         let (status, body) = a.get(&path);
         assert_eq!(status, code, "{path}: {body}");
@@ -453,4 +459,15 @@ fn two_replicas_answer_identically() {
         };
         assert_eq!(strip(a.ok(path)), strip(b.ok(path)), "{path}");
     }
+}
+
+/// A POST: (status, body), whatever the status.
+fn ureq_post(url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-X", "POST", "-w", "\n%{http_code}", url])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').expect("status line");
+    (code.trim().parse().expect("status code"), body.to_string())
 }
