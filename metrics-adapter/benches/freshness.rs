@@ -251,26 +251,46 @@ fn main() {
         common::FAMILIES.len()
     );
     println!(
-        "| Intervals (sampling + scrape) | p50 | p99 | max | p99 ÷ (sampling + scrape) | Theory p50 / p99, bound | Target p99 ≤ 2 s | Result |"
+        "| Intervals (sampling + scrape) | Measured at 1/{scale}: p50 / p99 / max | At real intervals (× {scale}): p50 / p99 / max | p99 ÷ (sampling + scrape) | Changes answered within 2 s (theory) | Theory p50 / p99; bound | Target | Result |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for (name, sample, scrape, mut l) in results {
         l.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let up = |d: Duration| d.as_secs_f64() * f64::from(scale);
         let (p50, p99, max) = (
-            up(percentile(&l, 50.0)),
-            up(percentile(&l, 99.0)),
-            up(*l.last().expect("trials")),
+            percentile(&l, 50.0),
+            percentile(&l, 99.0),
+            *l.last().expect("trials"),
         );
         let (s, i) = (sample.as_secs_f64(), scrape.as_secs_f64());
+        let within = l.iter().filter(|d| up(**d) <= TARGET.as_secs_f64()).count();
+        // P(U(0, s) + U(0, i) ≤ target), by bisection on the quantile function.
+        let (mut lo, mut hi) = (0.0, 1.0);
+        for _ in 0..60 {
+            let mid = (lo + hi) / 2.0;
+            if uniform_sum_quantile(s, i, mid) <= TARGET.as_secs_f64() {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
         println!(
-            "| {name} ({s:.0} s + {i:.0} s) | {p50:.3} s | {p99:.3} s | {max:.3} s | {:.3} | {:.3} s / {:.3} s, ≤ {:.0} s + scrape + query | ≤ {:.0} s | {} |",
-            p99 / (s + i),
+            "| {name} ({s:.0} s + {i:.0} s) | {:.1} / {:.1} / {:.1} ms | {:.3} / {:.3} / {:.3} s | {:.3} | {:.0} % ({:.0} %) | {:.3} / {:.3} s; ≤ {:.0} s + scrape + query | p99 ≤ {:.0} s | {} |",
+            ms(p50),
+            ms(p99),
+            ms(max),
+            up(p50),
+            up(p99),
+            up(max),
+            up(p99) / (s + i),
+            100.0 * within as f64 / l.len() as f64,
+            100.0 * lo,
             uniform_sum_quantile(s, i, 0.5),
             uniform_sum_quantile(s, i, 0.99),
             s + i,
             TARGET.as_secs_f64(),
-            if p99 <= TARGET.as_secs_f64() {
+            if up(p99) <= TARGET.as_secs_f64() {
                 "pass"
             } else {
                 "FAIL"
@@ -278,6 +298,6 @@ fn main() {
         );
     }
     println!(
-        "\nTheory: the new value waits U(0, sampling) for the exporter's next sample, then U(0, scrape) for the adapter's next scrape (independent clocks), then a scrape (~1 ms on loopback) and the query. The sum's p99 is sampling + scrape − √(2 · sampling · scrape · 0.01): 2.8 s at 1 s + 2 s, 1.86 s at 1 s + 1 s. So the 2 s p99 target cannot be met with a 2 s scrape interval whatever the adapter costs; it holds with `--scrape-interval 1s` (or with scrapes aligned just after the exporter's samples)."
+        "\nTheory: the new value waits U(0, sampling) for the exporter's next sample, then U(0, scrape) for the adapter's next scrape (independent clocks), then a scrape (~1 ms on loopback) and the query. The sum's p99 is sampling + scrape − √(2 · sampling · scrape · 0.01): 2.8 s at 1 s + 2 s, 1.86 s at 1 s + 1 s. So the 2 s p99 target cannot be met with a 2 s scrape interval whatever the adapter costs; it holds with `--scrape-interval 1s`."
     );
 }

@@ -58,12 +58,20 @@ type Client = hyper_util::client::legacy::Client<
     Empty<Bytes>,
 >;
 
+/// One exporter's pods, and when its answer arrived.
+type Scraped = (HashMap<PodKey, PodValues>, SystemTime, Instant);
+
+/// Fetch one exporter, then decode and derive its pods on the blocking pool, one body at
+/// a time (`decoding`): the CPU work of a round stays within one core and never queues
+/// in front of API requests on the async workers, and only one decoded body is alive at
+/// once instead of a whole round's.
 async fn scrape_one(
     client: &Client,
     url: &str,
     opts: &ScrapeOptions,
     decode: Decoder,
-) -> Result<Vec<Series>, String> {
+    decoding: &Arc<tokio::sync::Semaphore>,
+) -> Result<Scraped, String> {
     let request = axum::http::Request::get(url)
         .header(axum::http::header::ACCEPT, opts.accept)
         .body(Empty::<Bytes>::new())
@@ -84,11 +92,21 @@ async fn scrape_one(
             .await
             .map_err(|e| format!("reading the body: {e}"))?
             .to_bytes();
-        decode(&content_type, &body)
+        Ok::<_, String>((content_type, body, SystemTime::now(), Instant::now()))
     };
-    tokio::time::timeout(opts.timeout, work)
+    let (content_type, body, at, seen) = tokio::time::timeout(opts.timeout, work)
         .await
-        .map_err(|_| format!("no answer within {:?}", opts.timeout))?
+        .map_err(|_| format!("no answer within {:?}", opts.timeout))??;
+    let _permit = decoding
+        .acquire()
+        .await
+        .map_err(|_| "shutting down".to_string())?;
+    let pods = tokio::task::spawn_blocking(move || {
+        decode(&content_type, &body).map(|series| pod_values(&series))
+    })
+    .await
+    .map_err(|e| format!("decoding failed: {e}"))??;
+    Ok((pods, at, seen))
 }
 
 /// Scrape forever, publishing into `store` after every round.
@@ -102,6 +120,7 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
         HashMap::new();
     let mut failing: HashMap<String, String> = HashMap::new();
     let mut last_answer = None;
+    let decoding = Arc::new(tokio::sync::Semaphore::new(1));
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -111,13 +130,14 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
         let current: std::collections::HashSet<&str> = targets.iter().map(String::as_str).collect();
         per_target.retain(|url, _| current.contains(url.as_str()));
         failing.retain(|url, _| current.contains(url.as_str()));
-        let results: Vec<(String, Result<Vec<Series>, String>)> =
+        let results: Vec<(String, Result<Scraped, String>)> =
             futures_util::stream::iter(targets.iter().cloned())
                 .map(|url| {
                     let client = &client;
                     let opts = &opts;
+                    let decoding = &decoding;
                     async move {
-                        let r = scrape_one(client, &url, opts, decode).await;
+                        let r = scrape_one(client, &url, opts, decode, decoding).await;
                         (url, r)
                     }
                 })
@@ -127,15 +147,12 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
         let mut answered = 0;
         for (url, result) in results {
             match result {
-                Ok(series) => {
+                Ok(scraped) => {
                     answered += 1;
                     if failing.remove(&url).is_some() {
                         tracing::info!(target = %url, "exporter answers again");
                     }
-                    per_target.insert(
-                        url,
-                        (pod_values(&series), SystemTime::now(), Instant::now()),
-                    );
+                    per_target.insert(url, scraped);
                 }
                 Err(e) => {
                     if !failing.contains_key(&url) {

@@ -3,7 +3,7 @@
 //!
 //! Written by hand on purpose: dcgm-exporter prints counters without `_total` and values
 //! in its own formats (`%d`, `%f`), which no Rust client library emits (prometheus-client
-//! writes OpenMetrics only). One walk over the snapshot ([`Sink`]) feeds every format,
+//! writes OpenMetrics only). One walk over the snapshot (the `Sink` trait) feeds every format,
 //! so they cannot drift: the text writer serves text and OpenMetrics, [`protobuf`] the
 //! binary format; the golden-file and promtool tests hold the text to both specs, and
 //! the protobuf tests hold it to the text.

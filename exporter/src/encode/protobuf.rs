@@ -4,8 +4,8 @@
 //! `decode_length_delimited` read them.
 //!
 //! The families are the ones the text format carries, from the same walk over the
-//! snapshot ([`super::Sink`]): same names (dcgm's counters without `_total`), HELP,
-//! types, label sets in the same order, and values ([`super::Sample::as_f64`]). Label
+//! snapshot (`encode::Sink`): same names (dcgm's counters without `_total`), HELP,
+//! types, label sets in the same order, and values (`Sample::as_f64`). Label
 //! values are raw strings: the text format's escaping does not apply.
 //!
 //! The wire format is written directly instead of building the prost structs and
@@ -198,18 +198,18 @@ impl Hasher for AddrHasher {
     }
 }
 
+/// Room kept for a family's length while it is written: 3 bytes of varint hold
+/// lengths up to 2 MiB. A family over 16 KiB (a big node's usual) then stays in place;
+/// a smaller one moves back a byte or two, at most 16 KiB; one over 2 MiB moves forward.
+/// Guessing from the previous family instead measured slower: families alternate
+/// between GPU-only and per-MIG-instance sizes, and every wrong guess moves one.
+const LEN_ROOM: usize = 3;
+
 /// The protobuf writer: each family goes straight to `out`, behind room for its length.
-///
-/// A family's length is known only once it ends, and a varint's size depends on it. The
-/// room kept is the size the previous family's length took: the families of a snapshot
-/// are alike (one series per entity, the same label sets), so the guess mostly holds and
-/// the family stays in place; when it does not, the family moves by a byte or two.
 pub(crate) struct ProtoSink<'a, 'o> {
     out: &'o mut Vec<u8>,
-    /// Where the open family starts (its length prefix) and the room kept for that.
-    family_at: Option<(usize, usize)>,
-    /// Room to keep for the next family's length.
-    len_room: usize,
+    /// Where the open family starts (its length prefix), if one is open.
+    family_at: Option<usize>,
     /// Metrics in the open family so far: a family without any is left out, as client
     /// libraries do (the text format still prints its HELP and TYPE).
     metrics: usize,
@@ -224,7 +224,6 @@ impl<'a, 'o> ProtoSink<'a, 'o> {
         ProtoSink {
             out,
             family_at: None,
-            len_room: 3,
             metrics: 0,
             value_field: field::METRIC_GAUGE,
             labels: HashMap::default(),
@@ -238,38 +237,38 @@ impl<'a, 'o> ProtoSink<'a, 'o> {
 
     /// Write the open family's length in front of it, or drop it if it has no metrics.
     fn end_family(&mut self) {
-        let Some((at, room)) = self.family_at.take() else {
+        let Some(at) = self.family_at.take() else {
             return;
         };
         if self.metrics == 0 {
             self.out.truncate(at);
             return;
         }
-        let body = at + room;
+        let body = at + LEN_ROOM;
         let len = self.out.len() - body;
         let n = encoded_len_varint(len as u64);
-        match n.cmp(&room) {
+        match n.cmp(&LEN_ROOM) {
             Ordering::Less => {
                 self.out.copy_within(body.., at + n);
                 self.out.truncate(at + n + len);
             }
             Ordering::Greater => {
-                self.out.splice(at..at, std::iter::repeat_n(0, n - room));
+                self.out
+                    .splice(at..at, std::iter::repeat_n(0, n - LEN_ROOM));
             }
             Ordering::Equal => {}
         }
         let (prefix, written) = varint(len as u64);
         debug_assert_eq!(written, n);
         self.out[at..at + n].copy_from_slice(&prefix[..n]);
-        // self.len_room = n;
         self.metrics = 0;
     }
 
     fn start_family(&mut self, name: &str, help: &str, ty: proto::MetricType) {
         self.end_family();
-        self.family_at = Some((self.out.len(), self.len_room));
+        self.family_at = Some(self.out.len());
         let out = &mut *self.out;
-        out.extend(std::iter::repeat_n(0, self.len_room));
+        out.extend_from_slice(&[0; LEN_ROOM]);
         put_bytes(out, field::FAMILY_NAME, name.as_bytes());
         put_bytes(out, field::FAMILY_HELP, help.as_bytes());
         put_key(out, field::FAMILY_TYPE, WireType::Varint);
