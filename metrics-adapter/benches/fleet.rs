@@ -701,9 +701,8 @@ fn main() {
         b("hwm") / MIB
     );
     println!(
-        "| Decoded series a round holds at once (`source::run` collects all {EXPORTERS} results before merging) | ≈ {:.1} MiB in {} allocations ({:.1} KiB, {one_body_allocs} per exporter) | — | — |",
+        "| Decoded series of one body (`source::run` decodes one body at a time and keeps only per-pod values; all {EXPORTERS} at once would be ≈ {:.1} MiB) | {:.1} KiB in {one_body_allocs} allocations | — | — |",
         one_body_heap * EXPORTERS as f64 / MIB,
-        one_body_allocs * EXPORTERS,
         one_body_heap / 1024.0
     );
     println!(
