@@ -625,3 +625,91 @@ impl KubeNode {
         self.sim.apiserver()
     }
 }
+
+/// A running gpu-metrics-adapter serving plain HTTP (`--insecure-serve-http`) on
+/// loopback, its HTTP and gRPC ports ephemeral.
+pub struct Adapter {
+    pub process: Process,
+    pub base: String,
+}
+
+impl Adapter {
+    /// The adapter command with `args` after the serving flags.
+    pub fn command(args: &[&str]) -> Command {
+        let mut cmd = Command::new(binary("gpu-metrics-adapter"));
+        cmd.current_dir(workspace())
+            .args(["--insecure-serve-http", "--bind-address", "127.0.0.1"])
+            .args(["--secure-port", "0", "--grpc-port", "0"])
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info");
+        cmd
+    }
+
+    /// Start it with `args` and wait until it listens.
+    pub fn start(args: &[&str]) -> Adapter {
+        let mut process = Process::spawn(Adapter::command(args));
+        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
+        let addr = line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address in the listening line")
+            .to_string();
+        Adapter {
+            process,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    /// GET `path`: (status, body as JSON, or as a JSON string when it is not JSON).
+    pub fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        let (status, body) = get(&format!("{}{path}", self.base));
+        let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body));
+        (status, json)
+    }
+
+    /// Wait for a 200 answer to `path` and return its body.
+    pub fn ok(&self, path: &str) -> serde_json::Value {
+        wait_for(path, Duration::from_secs(30), || {
+            let (status, v) = self.get(path);
+            (status == 200).then_some(v)
+        })
+    }
+
+    /// The KEDA gRPC service's address, from the log.
+    pub fn grpc_address(&self) -> String {
+        self.process
+            .log()
+            .split("grpc_address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("gRPC address in the log")
+            .to_string()
+    }
+}
+
+/// An exporter on `scenario`'s simulated GPUs, attributing them to pods through `node`
+/// (kubelet socket, pod watch, /proc), sampling every 200 ms.
+pub fn attributed_exporter(node: &KubeNode, scenario: &str) -> Exporter {
+    let socket = node.socket().display().to_string();
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let proc_root = node.proc_root().display().to_string();
+    Exporter::start(
+        &[
+            &format!("--simulate={scenario}"),
+            "-c",
+            "200",
+            "-k",
+            "--kubernetes-refresh-interval",
+            "200ms",
+            "--pod-resources-kubelet-socket",
+            &socket,
+            "--kubeconfig",
+            &kubeconfig,
+            "--proc-root",
+            &proc_root,
+        ],
+        &[("NODE_NAME", "node-a")],
+    )
+}

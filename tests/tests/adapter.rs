@@ -3,7 +3,7 @@
 //! adapter over the protobuf exposition; answers checked against the scenario, through
 //! plain HTTP, through `kubectl get --raw`, and through the HPA's replica formula.
 
-use e2e_tests::{Exporter, KubeNode, Process, binary, get, scratch_dir, wait_for, workspace};
+use e2e_tests::{Adapter, Exporter, KubeNode, attributed_exporter, get, scratch_dir, wait_for};
 use gpu_metrics_adapter::api::quantity::milli_value;
 use serde_json::Value;
 use std::process::Command;
@@ -11,79 +11,24 @@ use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
 
-struct Adapter {
-    process: Process,
-    base: String,
-}
-
-impl Adapter {
-    fn start(exporter: &Exporter, node: &KubeNode, extra: &[&str]) -> Adapter {
-        let mut cmd = Command::new(binary("gpu-metrics-adapter"));
-        cmd.current_dir(workspace())
-            .args([
-                "--insecure-serve-http",
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                "0",
-                "--grpc-port",
-                "0",
-            ])
-            .args(["--exporter-url", &exporter.url("/metrics")])
-            .args(["--scrape-interval", "300ms", "--kubeconfig"])
-            .arg(node.kubeconfig())
-            .args(extra)
-            .env("RUST_LOG", "info");
-        let mut process = Process::spawn(cmd);
-        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
-        let addr = line
-            .split("address=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .expect("address")
-            .to_string();
-        Adapter {
-            process,
-            base: format!("http://{addr}"),
-        }
-    }
-
-    fn get(&self, path: &str) -> (u16, Value) {
-        let (status, body) = get(&format!("{}{path}", self.base));
-        let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
-        (status, json)
-    }
-
-    /// Wait for a 200 answer to `path` and return it.
-    fn ok(&self, path: &str) -> Value {
-        wait_for(path, Duration::from_secs(30), || {
-            let (status, v) = self.get(path);
-            (status == 200).then_some(v)
-        })
-    }
+/// The adapter scraping `exporter`, with `node`'s API server for pods.
+fn adapter(exporter: &Exporter, node: &KubeNode, extra: &[&str]) -> Adapter {
+    let url = exporter.url("/metrics");
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let mut args = vec![
+        "--exporter-url",
+        &url,
+        "--scrape-interval",
+        "300ms",
+        "--kubeconfig",
+        &kubeconfig,
+    ];
+    args.extend(extra);
+    Adapter::start(&args)
 }
 
 fn exporter(node: &KubeNode) -> Exporter {
-    let socket = node.socket().display().to_string();
-    let kubeconfig = node.kubeconfig().display().to_string();
-    let proc_root = node.proc_root().display().to_string();
-    Exporter::start(
-        &[
-            &format!("--simulate={SCENARIO}"),
-            "-c",
-            "200",
-            "-k",
-            "--kubernetes-refresh-interval",
-            "200ms",
-            "--pod-resources-kubelet-socket",
-            &socket,
-            "--kubeconfig",
-            &kubeconfig,
-            "--proc-root",
-            &proc_root,
-        ],
-        &[("NODE_NAME", "node-a")],
-    )
+    attributed_exporter(node, SCENARIO)
 }
 
 /// (pod name, milli-value) of a MetricValueList or ExternalMetricValueList.
@@ -114,7 +59,7 @@ fn hpa_average_value(current: i64, items: &[(String, i64)], target_milli: i64) -
 fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
-    let a = Adapter::start(&e, &node, &[]);
+    let a = adapter(&e, &node, &[]);
 
     // Discovery, as the aggregator's availability probe asks it.
     let (status, disc) = a.get("/apis/custom.metrics.k8s.io/v1beta2");
@@ -202,7 +147,7 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
 fn bad_requests_get_kubernetes_status_errors() {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
-    let a = Adapter::start(&e, &node, &[]);
+    let a = adapter(&e, &node, &[]);
     a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization");
     let long = "a".repeat(10_000);
     let cases: Vec<(String, u16, &str)> = vec![
@@ -238,7 +183,7 @@ fn bad_requests_get_kubernetes_status_errors() {
 fn stale_data_is_never_served_and_readyz_follows_the_source() {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
-    let a = Adapter::start(&e, &node, &["--max-staleness", "1s"]);
+    let a = adapter(&e, &node, &["--max-staleness", "1s"]);
     let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_utilization";
     a.ok(path);
     assert_eq!(get(&format!("{}/readyz", a.base)).0, 200);
@@ -263,7 +208,7 @@ fn stale_data_is_never_served_and_readyz_follows_the_source() {
 fn kubectl_get_raw_reads_every_way_in() {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
-    let a = Adapter::start(&e, &node, &[]);
+    let a = adapter(&e, &node, &[]);
     a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization");
     let dir = scratch_dir("kubectl");
     let kubeconfig = dir.join("kubeconfig");
@@ -311,16 +256,9 @@ fn the_keda_external_scaler_answers_all_four_rpcs() {
 
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
-    let a = Adapter::start(&e, &node, &[]);
+    let a = adapter(&e, &node, &[]);
     a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization?labelSelector=app%3Dresnet-inference");
-    let grpc = a
-        .process
-        .log()
-        .split("grpc_address=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .expect("gRPC address in the log")
-        .to_string();
+    let grpc = a.grpc_address();
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -443,8 +381,8 @@ fn the_keda_external_scaler_answers_all_four_rpcs() {
 fn two_replicas_answer_identically() {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
-    let a = Adapter::start(&e, &node, &[]);
-    let b = Adapter::start(&e, &node, &[]);
+    let a = adapter(&e, &node, &[]);
+    let b = adapter(&e, &node, &[]);
     for path in [
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization",
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_memory_utilization",

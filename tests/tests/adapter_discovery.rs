@@ -2,13 +2,11 @@
 //! finds the exporter through the EndpointSlices of its Service in the (fake) API
 //! server, and its targets follow the slices as they come and go.
 
-use e2e_tests::{Exporter, KubeNode, Process, binary, get, wait_for, workspace};
+use e2e_tests::{Adapter, KubeNode, Process, attributed_exporter, get, wait_for, workspace};
 use gpu_metrics_adapter::api::quantity::milli_value;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
@@ -16,76 +14,12 @@ const NAMESPACE: &str = "gpu-monitoring";
 const TRAIN_0: &str =
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes";
 
-/// The adapter binary, its log and its API base URL.
-struct Adapter {
-    process: Process,
-    base: String,
-}
-
-impl Adapter {
-    /// Starts the adapter against `node`'s API server, without `--exporter-url`.
-    fn start(node: &KubeNode, extra: &[&str]) -> Adapter {
-        let mut process = Process::spawn(adapter_command(node.kubeconfig(), extra));
-        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
-        let addr = line
-            .split("address=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .expect("address")
-            .to_string();
-        Adapter {
-            process,
-            base: format!("http://{addr}"),
-        }
-    }
-
-    fn get(&self, path: &str) -> (u16, Value) {
-        let (status, body) = get(&format!("{}{path}", self.base));
-        let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
-        (status, json)
-    }
-}
-
-fn adapter_command(kubeconfig: &Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(binary("gpu-metrics-adapter"));
-    cmd.current_dir(workspace())
-        .args([
-            "--insecure-serve-http",
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            "0",
-            "--grpc-port",
-            "0",
-        ])
-        .args(["--scrape-interval", "300ms", "--kubeconfig"])
-        .arg(kubeconfig)
-        .args(extra)
-        .env("RUST_LOG", "info");
-    cmd
-}
-
-fn exporter(node: &KubeNode) -> Exporter {
-    let socket = node.socket().display().to_string();
+/// The adapter against `node`'s API server, without `--exporter-url`.
+fn adapter(node: &KubeNode, extra: &[&str]) -> Adapter {
     let kubeconfig = node.kubeconfig().display().to_string();
-    let proc_root = node.proc_root().display().to_string();
-    Exporter::start(
-        &[
-            &format!("--simulate={SCENARIO}"),
-            "-c",
-            "200",
-            "-k",
-            "--kubernetes-refresh-interval",
-            "200ms",
-            "--pod-resources-kubelet-socket",
-            &socket,
-            "--kubeconfig",
-            &kubeconfig,
-            "--proc-root",
-            &proc_root,
-        ],
-        &[("NODE_NAME", "node-a")],
-    )
+    let mut args = vec!["--scrape-interval", "300ms", "--kubeconfig", &kubeconfig];
+    args.extend(extra);
+    Adapter::start(&args)
 }
 
 /// An EndpointSlice of `service` with a `metrics` port and one endpoint per
@@ -148,7 +82,7 @@ fn items(v: &Value) -> Vec<(String, i64)> {
 #[test]
 fn the_adapter_scrapes_the_exporters_its_service_s_endpoint_slices_list() {
     let node = KubeNode::start(SCENARIO, "node-a");
-    let e = exporter(&node);
+    let e = attributed_exporter(&node, SCENARIO);
     let port: u16 = e
         .base
         .rsplit(':')
@@ -167,7 +101,7 @@ fn the_adapter_scrapes_the_exporters_its_service_s_endpoint_slices_list() {
     node.api()
         .apply_endpoint_slice(slice("web-9f8d7", "web", port, &[("127.0.0.2", true)]));
 
-    let a = Adapter::start(
+    let a = adapter(
         &node,
         &[
             "--exporter-service",
@@ -232,8 +166,8 @@ fn the_adapter_scrapes_the_exporters_its_service_s_endpoint_slices_list() {
 
 #[test]
 fn without_exporter_urls_the_adapter_needs_kubernetes_access() {
-    let missing = workspace().join("no/such/kubeconfig");
-    let mut process = Process::spawn(adapter_command(&missing, &[]));
+    let missing = workspace().join("no/such/kubeconfig").display().to_string();
+    let mut process = Process::spawn(Adapter::command(&["--kubeconfig", &missing]));
     assert_eq!(process.wait_exit(Duration::from_secs(30)), Some(1));
     let log = process.log();
     assert!(

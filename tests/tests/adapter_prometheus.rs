@@ -2,62 +2,18 @@
 //! the exporter (attributed to pods through the simulated Kubernetes node), and the
 //! adapter answers from instant queries the same per-pod values as the direct source.
 
-use e2e_tests::{Exporter, KubeNode, Process, Prometheus, binary, get, wait_for, workspace};
+use e2e_tests::{Adapter, KubeNode, Prometheus, attributed_exporter, get, wait_for};
 use gpu_metrics_adapter::api::quantity::milli_value;
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
 
-fn start_adapter(args: &[&str]) -> (Process, String) {
-    let mut cmd = Command::new(binary("gpu-metrics-adapter"));
-    cmd.current_dir(workspace())
-        .args(["--insecure-serve-http", "--bind-address", "127.0.0.1"])
-        .args([
-            "--secure-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--scrape-interval",
-            "500ms",
-        ])
-        .args(args)
-        .env("RUST_LOG", "info");
-    let mut process = Process::spawn(cmd);
-    let line = process.wait_for_line("listening address=", Duration::from_secs(30));
-    let addr = line
-        .split("address=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .expect("address")
-        .to_string();
-    (process, format!("http://{addr}"))
-}
-
 #[test]
 fn the_prometheus_source_gives_the_same_per_pod_values() {
     let node = KubeNode::start(SCENARIO, "node-a");
-    let socket = node.socket().display().to_string();
     let kubeconfig = node.kubeconfig().display().to_string();
-    let proc_root = node.proc_root().display().to_string();
-    let e = Exporter::start(
-        &[
-            &format!("--simulate={SCENARIO}"),
-            "-c",
-            "200",
-            "-k",
-            "--kubernetes-refresh-interval",
-            "200ms",
-            "--pod-resources-kubelet-socket",
-            &socket,
-            "--kubeconfig",
-            &kubeconfig,
-            "--proc-root",
-            &proc_root,
-        ],
-        &[("NODE_NAME", "node-a")],
-    );
+    let e = attributed_exporter(&node, SCENARIO);
     let target = e.base.trim_start_matches("http://").to_string();
     let prom = Prometheus::start(&[("gpu", &target, "")]);
     wait_for("Prometheus has the shares", Duration::from_secs(60), || {
@@ -66,7 +22,9 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
             .is_empty())
         .then_some(())
     });
-    let (adapter, base) = start_adapter(&[
+    let adapter = Adapter::start(&[
+        "--scrape-interval",
+        "500ms",
         "--prometheus-url",
         &prom.base,
         "--prometheus-header",
@@ -76,6 +34,7 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         "--max-staleness",
         "5s",
     ]);
+    let base = adapter.base.clone();
     let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization?labelSelector=app%3Dresnet-inference";
     let v: Value = e2e_tests::try_wait_for(Duration::from_secs(30), || {
         let (status, body) = get(&format!("{base}{path}"));
@@ -85,7 +44,7 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         panic!(
             "the adapter did not answer: {:?}\n{}",
             get(&format!("{base}{path}")),
-            adapter.log()
+            adapter.process.log()
         )
     });
     let items: Vec<(String, i64)> = v["items"]
