@@ -225,6 +225,9 @@ fn kubectl_get_raw_reads_every_way_in() {
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization",
         "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/pods/train-0/gpu_power_watts",
         "/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/gpu_memory_utilization",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/serve/metrics/gpu_memory_used_bytes",
+        "/metrics-api/namespaces/inference/gpu_utilization?deployment=resnet",
     ] {
         let out = Command::new("kubectl")
             .arg("--kubeconfig")
@@ -240,7 +243,8 @@ fn kubectl_get_raw_reads_every_way_in() {
         let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert!(
             !v["items"].as_array().map(Vec::is_empty).unwrap_or(true)
-                || v["kind"] == "APIResourceList",
+                || v["kind"] == "APIResourceList"
+                || v["value"].is_number(),
             "{path}: {v}"
         );
     }
