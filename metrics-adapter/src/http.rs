@@ -331,25 +331,42 @@ async fn custom_namespaced(
         name: name.clone(),
     };
     let a = answer(&s, &ns, &Scope::Workload(&w), gm)?;
-    let (mean, at) = a
-        .mean()
-        .filter(|_| metric_matches)
-        .ok_or_else(|| no_data(gm, &format!("{resource} {ns}/{name}"), &a))?;
-    let (kind, api_version) = match *resource {
-        "deployments.apps" => ("Deployment", "apps/v1"),
-        "statefulsets.apps" => ("StatefulSet", "apps/v1"),
-        _ => ("ReplicaSet", "apps/v1"),
+    let kind = match *resource {
+        "deployments.apps" => "Deployment",
+        "statefulsets.apps" => "StatefulSet",
+        _ => "ReplicaSet",
     };
-    let item = metric_value(
+    let object = json!({"kind": kind, "namespace": ns, "name": name, "apiVersion": "apps/v1"});
+    object_value(
+        &s,
         v2,
-        json!({"kind": kind, "namespace": ns, "name": name, "apiVersion": api_version}),
+        object,
         gm,
         &metric_sel,
-        mean,
-        at,
-        s.window_seconds,
+        &a,
+        &format!("{resource} {ns}/{name}"),
     )
-    .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
+}
+
+/// The one MetricValue of an object whose value is the mean over its pods.
+fn object_value(
+    s: &AppState,
+    v2: bool,
+    object: Value,
+    gm: GpuMetric,
+    metric_sel: &Selector,
+    a: &Answer,
+    what: &str,
+) -> Result<Json<Value>, ApiError> {
+    // Our metrics carry no labels: a metric selector either matches the empty set or
+    // nothing.
+    let no_labels: [(&str, &str); 0] = [];
+    let (mean, at) = a
+        .mean()
+        .filter(|_| metric_sel.matches(&no_labels[..]))
+        .ok_or_else(|| no_data(gm, what, a))?;
+    let item = metric_value(v2, object, gm, metric_sel, mean, at, s.window_seconds)
+        .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
     Ok(value_list(v2, vec![item]))
 }
 
@@ -364,20 +381,16 @@ async fn custom_namespace(
     let metric_sel = selector(&params, "metricLabelSelector")?;
     let gm = metric_of(&metric, "namespaces")?;
     let a = answer(&s, &ns, &Scope::Namespace, gm)?;
-    let (mean, at) = a
-        .mean()
-        .ok_or_else(|| no_data(gm, &format!("namespace {ns}"), &a))?;
-    let item = metric_value(
+    let object = json!({"kind": "Namespace", "name": ns, "apiVersion": "v1"});
+    object_value(
+        &s,
         v2,
-        json!({"kind": "Namespace", "name": ns, "apiVersion": "v1"}),
+        object,
         gm,
         &metric_sel,
-        mean,
-        at,
-        s.window_seconds,
+        &a,
+        &format!("namespace {ns}"),
     )
-    .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
-    Ok(value_list(v2, vec![item]))
 }
 
 async fn custom_cluster(
