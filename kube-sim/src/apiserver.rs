@@ -1,5 +1,5 @@
-//! A minimal fake kube-apiserver: the pod and EndpointSlice list and watch endpoints,
-//! over plain HTTP.
+//! A minimal fake kube-apiserver: pod, EndpointSlice and ConfigMap list and watch, and
+//! token and access reviews, over plain HTTP.
 //!
 //! The exporter learns pod UIDs, labels and annotations from a node-scoped,
 //! metadata-only pod watch (`kube-rs`'s `metadata_watcher`); the metrics adapter
@@ -23,6 +23,11 @@
 //!   resume from any version still in a bounded history and get a `410 Gone`
 //!   (`Expired`) error event for older ones;
 //! - `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents` (streaming lists);
+//! - ConfigMaps, the same way (the adapter watches
+//!   `kube-system/extension-apiserver-authentication`);
+//! - `TokenReview` and `SubjectAccessReview` creation, answered from a token table and
+//!   an authorizer function the test sets, each review recorded, so that an aggregated
+//!   API server's delegated authentication and authorization can be tested;
 //! - bearer-token authentication (401 otherwise) and simulated outages (503, and open
 //!   watches are closed); every error body is a `meta/v1` `Status`.
 //!
@@ -40,12 +45,18 @@ use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use axum::routing::{MethodRouter, get, post};
+use k8s_openapi::api::authentication::v1::{
+    TokenReview, TokenReviewSpec, TokenReviewStatus, UserInfo,
+};
+use k8s_openapi::api::authorization::v1::{
+    SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, PodStatus};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Status};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -123,6 +134,7 @@ impl Fields for PodMeta {
 enum Kind {
     Pod,
     EndpointSlice,
+    ConfigMap,
 }
 
 impl Kind {
@@ -131,6 +143,7 @@ impl Kind {
         match self {
             Kind::Pod => ("v1", "Pod"),
             Kind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
+            Kind::ConfigMap => ("v1", "ConfigMap"),
         }
     }
 
@@ -139,6 +152,7 @@ impl Kind {
         match self {
             Kind::Pod => "PodList",
             Kind::EndpointSlice => "EndpointSliceList",
+            Kind::ConfigMap => "ConfigMapList",
         }
     }
 
@@ -147,6 +161,7 @@ impl Kind {
         match self {
             Kind::Pod => "pods",
             Kind::EndpointSlice => "endpointslices",
+            Kind::ConfigMap => "configmaps",
         }
     }
 
@@ -154,7 +169,7 @@ impl Kind {
     fn fields(self) -> &'static [Field] {
         match self {
             Kind::Pod => POD_FIELDS,
-            Kind::EndpointSlice => OBJECT_FIELDS,
+            Kind::EndpointSlice | Kind::ConfigMap => OBJECT_FIELDS,
         }
     }
 }
@@ -164,14 +179,12 @@ type Key = (Kind, String, String);
 
 /// A stored object, without its resource version (kept beside it).
 #[derive(Debug, Clone, PartialEq)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "a few hundred bytes per object in a test fake; boxing would only add noise"
-)]
 enum Object {
     Pod(PodMeta),
     /// With `metadata.namespace` and `metadata.uid` set and no `resourceVersion`.
     EndpointSlice(EndpointSlice),
+    /// With `metadata.namespace` and `metadata.uid` set and no `resourceVersion`.
+    ConfigMap(ConfigMap),
 }
 
 /// The labels of an object that has none.
@@ -182,6 +195,7 @@ impl Object {
         match self {
             Object::Pod(_) => Kind::Pod,
             Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::ConfigMap(_) => Kind::ConfigMap,
         }
     }
 
@@ -197,6 +211,7 @@ impl Object {
         match self {
             Object::Pod(pod) => &pod.labels,
             Object::EndpointSlice(slice) => slice.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+            Object::ConfigMap(map) => map.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
         }
     }
 
@@ -207,6 +222,10 @@ impl Object {
             Object::EndpointSlice(slice) => ObjectMeta {
                 resource_version: Some(rv.to_string()),
                 ..slice.metadata.clone()
+            },
+            Object::ConfigMap(map) => ObjectMeta {
+                resource_version: Some(rv.to_string()),
+                ..map.metadata.clone()
             },
         }
     }
@@ -227,6 +246,10 @@ impl Object {
                 metadata: self.metadata(rv),
                 ..slice.clone()
             }),
+            (Shape::Full, Object::ConfigMap(map)) => serde_json::to_value(ConfigMap {
+                metadata: self.metadata(rv),
+                ..map.clone()
+            }),
         }
     }
 }
@@ -238,6 +261,12 @@ impl Fields for Object {
             Object::EndpointSlice(slice) => match field {
                 Field::Name => slice.metadata.name.as_deref().unwrap_or(""),
                 Field::Namespace => slice.metadata.namespace.as_deref().unwrap_or(""),
+                // Refused when a selector is parsed (`Kind::fields`).
+                Field::NodeName | Field::Phase => "",
+            },
+            Object::ConfigMap(map) => match field {
+                Field::Name => map.metadata.name.as_deref().unwrap_or(""),
+                Field::Namespace => map.metadata.namespace.as_deref().unwrap_or(""),
                 // Refused when a selector is parsed (`Kind::fields`).
                 Field::NodeName | Field::Phase => "",
             },
@@ -294,6 +323,18 @@ struct ApiState {
     token: String,
     requests: Mutex<VecDeque<String>>,
     bookmark_interval: Mutex<Duration>,
+    reviews: Mutex<Reviews>,
+}
+
+/// Decides a SubjectAccessReview: allowed or not.
+type Authorizer = Arc<dyn Fn(&SubjectAccessReviewSpec) -> bool + Send + Sync>;
+
+/// What TokenReviews and SubjectAccessReviews answer, and what they were asked.
+struct Reviews {
+    tokens: HashMap<String, UserInfo>,
+    authorizer: Authorizer,
+    token_reviews: Vec<TokenReviewSpec>,
+    access_reviews: Vec<SubjectAccessReviewSpec>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -351,6 +392,12 @@ impl FakeApiServer {
             token: random_token(),
             requests: Mutex::new(VecDeque::new()),
             bookmark_interval: Mutex::new(DEFAULT_BOOKMARK_INTERVAL),
+            reviews: Mutex::new(Reviews {
+                tokens: HashMap::new(),
+                authorizer: Arc::new(|_| false),
+                token_reviews: Vec::new(),
+                access_reviews: Vec::new(),
+            }),
         });
         let shared = state.clone();
         let thread = ServerThread::spawn("fake-apiserver", move || async move {
@@ -424,7 +471,7 @@ impl FakeApiServer {
             .values()
             .filter_map(|(object, _)| match object {
                 Object::Pod(pod) => Some(pod.clone()),
-                Object::EndpointSlice(_) => None,
+                Object::EndpointSlice(_) | Object::ConfigMap(_) => None,
             })
             .collect()
     }
@@ -470,9 +517,64 @@ impl FakeApiServer {
             .values()
             .filter_map(|(object, _)| match object {
                 Object::EndpointSlice(slice) => Some(slice.clone()),
-                Object::Pod(_) => None,
+                Object::Pod(_) | Object::ConfigMap(_) => None,
             })
             .collect()
+    }
+
+    /// Adds `map`, or replaces the ConfigMap with its namespace and name, as
+    /// [`apply_endpoint_slice`](Self::apply_endpoint_slice) does for slices.
+    ///
+    /// # Panics
+    ///
+    /// If the ConfigMap has no `metadata.name` (a bug in the test that builds it).
+    pub fn apply_config_map(&self, mut map: ConfigMap) {
+        let Some(name) = map.metadata.name.clone() else {
+            panic!("a ConfigMap needs metadata.name: {map:?}");
+        };
+        let namespace = map
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string())
+            .clone();
+        map.metadata
+            .uid
+            .get_or_insert_with(|| format!("uid-configmap-{namespace}-{name}"));
+        map.metadata.resource_version = None;
+        let map = Object::ConfigMap(map);
+        self.state.change(map.key(), |_| Some(map));
+    }
+
+    /// Deletes a ConfigMap; false if there was no such ConfigMap.
+    pub fn delete_config_map(&self, namespace: &str, name: &str) -> bool {
+        let key = (Kind::ConfigMap, namespace.to_string(), name.to_string());
+        self.state.change(key, |_| None)
+    }
+
+    /// Makes `token` authenticate as `user` in TokenReviews (any other token is
+    /// unauthenticated).
+    pub fn set_token_user(&self, token: &str, user: UserInfo) {
+        lock(&self.state.reviews)
+            .tokens
+            .insert(token.to_string(), user);
+    }
+
+    /// Decides every SubjectAccessReview from now on (the default denies all).
+    pub fn set_authorizer(
+        &self,
+        decide: impl Fn(&SubjectAccessReviewSpec) -> bool + Send + Sync + 'static,
+    ) {
+        lock(&self.state.reviews).authorizer = Arc::new(decide);
+    }
+
+    /// The TokenReview specs received so far, oldest first.
+    pub fn token_reviews(&self) -> Vec<TokenReviewSpec> {
+        lock(&self.state.reviews).token_reviews.clone()
+    }
+
+    /// The SubjectAccessReview specs received so far, oldest first.
+    pub fn access_reviews(&self) -> Vec<SubjectAccessReviewSpec> {
+        lock(&self.state.reviews).access_reviews.clone()
     }
 
     /// The current global resource version.
@@ -573,6 +675,23 @@ fn router(state: Arc<ApiState>) -> axum::Router {
         .route(
             &format!("{SLICES}/namespaces/{{namespace}}/endpointslices/{{name}}"),
             get_one(Kind::EndpointSlice),
+        )
+        .route("/api/v1/configmaps", list_all(Kind::ConfigMap))
+        .route(
+            "/api/v1/namespaces/{namespace}/configmaps",
+            list_namespace(Kind::ConfigMap),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/configmaps/{name}",
+            get_one(Kind::ConfigMap),
+        )
+        .route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            post(token_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            post(access_review),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -1110,6 +1229,65 @@ async fn stream_watch(
             }
         }
     }
+}
+
+/// `POST …/tokenreviews`: authenticated as the user [`FakeApiServer::set_token_user`]
+/// gave the token, else not, as the API server's TokenReview answers.
+async fn token_review(
+    State(api): State<Arc<ApiState>>,
+    body: Bytes,
+) -> Result<axum::Json<TokenReview>, ApiError> {
+    let review: TokenReview = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("decoding TokenReview: {e}")))?;
+    let mut reviews = lock(&api.reviews);
+    reviews.token_reviews.push(review.spec.clone());
+    let user = review
+        .spec
+        .token
+        .as_deref()
+        .and_then(|token| reviews.tokens.get(token))
+        .cloned();
+    let status = TokenReviewStatus {
+        authenticated: Some(user.is_some()),
+        error: user.is_none().then(|| "invalid bearer token".to_string()),
+        user,
+        ..TokenReviewStatus::default()
+    };
+    Ok(axum::Json(TokenReview {
+        status: Some(status),
+        ..review
+    }))
+}
+
+/// `POST …/subjectaccessreviews`: decided by [`FakeApiServer::set_authorizer`].
+async fn access_review(
+    State(api): State<Arc<ApiState>>,
+    body: Bytes,
+) -> Result<axum::Json<SubjectAccessReview>, ApiError> {
+    let review: SubjectAccessReview = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("decoding SubjectAccessReview: {e}")))?;
+    let authorizer = {
+        let mut reviews = lock(&api.reviews);
+        reviews.access_reviews.push(review.spec.clone());
+        reviews.authorizer.clone()
+    };
+    let allowed = authorizer(&review.spec);
+    Ok(axum::Json(SubjectAccessReview {
+        status: Some(SubjectAccessReviewStatus {
+            allowed,
+            denied: Some(!allowed),
+            reason: Some(
+                if allowed {
+                    "allowed by the test policy"
+                } else {
+                    "denied by the test policy"
+                }
+                .to_string(),
+            ),
+            ..SubjectAccessReviewStatus::default()
+        }),
+        ..review
+    }))
 }
 
 #[cfg(test)]

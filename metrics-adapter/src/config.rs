@@ -1,13 +1,15 @@
 //! Command-line flags. Serving flags are named as Kubernetes API servers name them.
 
 use clap::Parser;
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "gpu-metrics-adapter",
     version,
-    about = "Kubernetes custom and external metrics APIs for GPU workloads, fed straight from the gpu-exporters."
+    about = "Kubernetes custom and external metrics APIs for GPU workloads, fed straight from the gpu-exporters.",
+    next_line_help = true
 )]
 pub struct Cli {
     /// Port of the metrics APIs.
@@ -22,9 +24,111 @@ pub struct Cli {
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: String,
 
-    /// Serve the APIs over plain HTTP, without authentication: local use and tests only.
+    /// Serve the APIs (and gRPC) over plain HTTP, without authentication or
+    /// authorization: local use and tests only, never in a cluster.
     #[arg(long)]
     pub insecure_serve_http: bool,
+
+    /// PEM serving certificate, with its chain; reloaded when it changes. It must be
+    /// valid for SERVICE.NAMESPACE.svc, which the APIService's caBundle verifies.
+    /// Without it a self-signed pair is generated (APIServices then need
+    /// insecureSkipTLSVerify: true).
+    #[arg(long, value_name = "PATH", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, value_name = "PATH", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Oldest TLS version accepted.
+    #[arg(long, value_name = "VERSION", default_value = "VersionTLS12", value_parser = ["VersionTLS12", "VersionTLS13"])]
+    pub tls_min_version: String,
+
+    /// CA for client certificates (user = CN, groups = O); default: `client-ca-file` of
+    /// the kube-system/extension-apiserver-authentication ConfigMap.
+    #[arg(long, value_name = "PATH")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// CA of the front proxy's (the aggregator's) client certificate. Given, every
+    /// --requestheader-* flag applies; absent, all of them come from the
+    /// kube-system/extension-apiserver-authentication ConfigMap, which is watched.
+    #[arg(long, value_name = "PATH")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+
+    /// CNs allowed for the front proxy's certificate (comma-separated); empty: any
+    /// certificate from the request-header CA.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+
+    /// Headers with the user name [default: x-remote-user].
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',')]
+    pub requestheader_username_headers: Vec<String>,
+
+    /// Headers with the groups [default: x-remote-group].
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',')]
+    pub requestheader_group_headers: Vec<String>,
+
+    /// Header prefixes of extra attributes [default: x-remote-extra-].
+    #[arg(long, value_name = "PREFIXES", value_delimiter = ',')]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+
+    /// Headers with the user's UID [default: x-remote-uid].
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
+
+    /// kubeconfig for TokenReviews and the authentication ConfigMap; default:
+    /// --kubeconfig, else in-cluster.
+    #[arg(long, value_name = "PATH")]
+    pub authentication_kubeconfig: Option<PathBuf>,
+
+    /// kubeconfig for SubjectAccessReviews; default: --kubeconfig, else in-cluster.
+    #[arg(long, value_name = "PATH")]
+    pub authorization_kubeconfig: Option<PathBuf>,
+
+    /// Treat requests without credentials as user system:anonymous (group
+    /// system:unauthenticated), for authorization to decide, as Kubernetes API servers
+    /// do by default; false: answer them 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub anonymous_auth: bool,
+
+    /// Do not read the authentication ConfigMap (only flag-given CAs are trusted).
+    #[arg(long)]
+    pub authentication_skip_lookup: bool,
+
+    /// Start even when the authentication ConfigMap cannot be read.
+    #[arg(long)]
+    pub authentication_tolerate_lookup_failure: bool,
+
+    /// How long TokenReview answers are cached.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+
+    /// How long allowed SubjectAccessReview answers are cached.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// How long denied SubjectAccessReview answers are cached.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+
+    /// Paths anyone may get, authenticated or not (a trailing * matches a prefix).
+    #[arg(
+        long,
+        value_name = "PATHS",
+        value_delimiter = ',',
+        default_value = "/healthz,/readyz,/livez"
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
+
+    /// CA for KEDA's client certificates on the gRPC port: given, the gRPC port
+    /// requires mutual TLS.
+    #[arg(long, value_name = "PATH")]
+    pub grpc_client_ca_file: Option<PathBuf>,
+
+    /// Serve gRPC in plain text (KEDA triggers without enableTLS), even when the APIs
+    /// use TLS.
+    #[arg(long, conflicts_with = "grpc_client_ca_file")]
+    pub grpc_insecure: bool,
 
     /// An exporter to scrape (repeatable); without it, exporters are discovered from
     /// the exporter Service's EndpointSlices.

@@ -9,6 +9,7 @@
 //! [`pods`] index for selectors and owners) → [`http`] (the API shapes, in [`api`]).
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod derive;
 pub mod discovery;
@@ -28,15 +29,12 @@ use std::sync::Arc;
 
 /// Run the adapter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<(), Error> {
-    if !cli.insecure_serve_http {
-        return Err(Error::Config(
-            "TLS serving is not built yet (issue 6); pass --insecure-serve-http for local use"
-                .into(),
-        ));
+    tls_serving::install_crypto_provider();
+    if cli.insecure_serve_http {
+        tracing::warn!(
+            "serving over plain HTTP without authentication or authorization (--insecure-serve-http): for local use and tests only, never in a cluster"
+        );
     }
-    tracing::warn!(
-        "serving over plain HTTP without authentication (--insecure-serve-http): for local use and tests only, never in a cluster"
-    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("adapter")
@@ -101,35 +99,194 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             staleness: cli.staleness(),
             window_seconds: cli.scrape_interval.as_secs().max(1),
         });
+        let mut api = http::router(state.clone());
+        let (api_tls, grpc_tls) = if cli.insecure_serve_http {
+            (None, None)
+        } else {
+            let auth = start_auth(&cli).await?;
+            api = api.layer(axum::middleware::from_fn_with_state(auth, auth::middleware));
+            let api_tls = serving_tls(&cli, tls_serving::ClientAuth::Request, None)?;
+            let grpc_tls = if cli.grpc_insecure {
+                tracing::warn!("KEDA external scaler gRPC in plain text (--grpc-insecure)");
+                None
+            } else {
+                Some(serving_tls(
+                    &cli,
+                    tls_serving::ClientAuth::None,
+                    cli.grpc_client_ca_file.clone(),
+                )?)
+            };
+            (Some(api_tls), grpc_tls)
+        };
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stopping = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+
         let grpc_address = format!("{}:{}", cli.bind_address, cli.grpc_port);
         let grpc_listener = tokio::net::TcpListener::bind(&grpc_address)
             .await
             .map_err(|e| Error::Listen(grpc_address.clone(), e))?;
         let grpc_local = grpc_listener.local_addr().map_err(Error::Io)?;
-        tracing::info!(grpc_address = %grpc_local, "KEDA external scaler ready");
+        tracing::info!(grpc_address = %grpc_local, tls = grpc_tls.is_some(), mutual_tls = cli.grpc_client_ca_file.is_some(), "KEDA external scaler ready");
         let scaler = keda::Scaler::new(state.clone(), cli.scrape_interval);
-        tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .add_service(keda::proto::external_scaler_server::ExternalScalerServer::new(scaler))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(grpc_listener))
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "KEDA external scaler stopped");
-            }
-        });
+        let grpc = tonic::service::Routes::new(
+            keda::proto::external_scaler_server::ExternalScalerServer::new(scaler),
+        )
+        .into_axum_router();
+        let grpc_served = tokio::spawn(tls_serving::serve(
+            grpc_listener,
+            grpc_tls,
+            grpc,
+            stopping(stopped.clone()),
+        ));
+
         let address = format!("{}:{}", cli.bind_address, cli.secure_port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|e| Error::Listen(address.clone(), e))?;
         let local = listener.local_addr().map_err(Error::Io)?;
-        tracing::info!(address = %local, "listening");
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
+        tracing::info!(address = %local, tls = api_tls.is_some(), "listening");
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        });
+        tls_serving::serve(listener, api_tls, api, stopping(stopped))
             .await
-            .map_err(Error::Io)
+            .map_err(Error::Io)?;
+        match grpc_served.await {
+            Ok(result) => result.map_err(Error::Io),
+            Err(e) => Err(Error::Config(format!("the gRPC server task failed: {e}"))),
+        }
     })
+}
+
+/// Delegated authentication and authorization, with the API clients their flags name.
+async fn start_auth(cli: &Cli) -> Result<Arc<auth::Auth>, Error> {
+    let client_for = |purpose: &'static str, path: Option<std::path::PathBuf>| async move {
+        kube_client(path.as_deref()).await.map_err(|e| {
+            Error::Config(format!(
+                "{purpose} needs the Kubernetes API (--{purpose}-kubeconfig, --kubeconfig or in-cluster; --insecure-serve-http serves without it, for local use only): {e}"
+            ))
+        })
+    };
+    let authn = client_for(
+        "authentication",
+        cli.authentication_kubeconfig
+            .clone()
+            .or(cli.kubeconfig.clone()),
+    )
+    .await?;
+    let authz = client_for(
+        "authorization",
+        cli.authorization_kubeconfig
+            .clone()
+            .or(cli.kubeconfig.clone()),
+    )
+    .await?;
+    let settings = auth::AuthSettings {
+        sources: auth::authn::FlagSources {
+            client_ca_file: cli.client_ca_file.clone(),
+            requestheader_client_ca_file: cli.requestheader_client_ca_file.clone(),
+            requestheader: auth::authn::RequestHeaderSettings {
+                allowed_names: cli.requestheader_allowed_names.clone(),
+                username_headers: cli.requestheader_username_headers.clone(),
+                group_headers: cli.requestheader_group_headers.clone(),
+                extra_prefixes: cli.requestheader_extra_headers_prefix.clone(),
+                uid_headers: cli.requestheader_uid_headers.clone(),
+            },
+        },
+        skip_lookup: cli.authentication_skip_lookup,
+        tolerate_lookup_failure: cli.authentication_tolerate_lookup_failure,
+        anonymous: cli.anonymous_auth,
+        token_cache_ttl: cli.authentication_token_webhook_cache_ttl,
+        authorized_ttl: cli.authorization_webhook_cache_authorized_ttl,
+        unauthorized_ttl: cli.authorization_webhook_cache_unauthorized_ttl,
+        always_allow_paths: cli.authorization_always_allow_paths.clone(),
+    };
+    auth::Auth::start(settings, authn, authz)
+        .await
+        .map_err(Error::Config)
+}
+
+/// How often serving certificate, key and client-CA files are checked for changes.
+const TLS_FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The serving TLS configuration: --tls-cert-file and --tls-private-key-file, reloaded
+/// on change (with `client_ca_file`, which makes client certificates required and
+/// verified), or a self-signed pair.
+fn serving_tls(
+    cli: &Cli,
+    client_auth: tls_serving::ClientAuth,
+    client_ca_file: Option<std::path::PathBuf>,
+) -> Result<tls_serving::TlsConfigHandle, Error> {
+    let min_version = if cli.tls_min_version == "VersionTLS13" {
+        tls_serving::MinTlsVersion::Tls13
+    } else {
+        tls_serving::MinTlsVersion::Tls12
+    };
+    let client_auth_from = move |ca: &Option<std::path::PathBuf>| -> Result<_, tls_serving::Error> {
+        Ok(match ca {
+            Some(path) => tls_serving::ClientAuth::RequireAndVerify(Arc::new(
+                tls_serving::load_ca_bundle(path)?,
+            )),
+            None => client_auth.clone(),
+        })
+    };
+    let (Some(cert), Some(key)) = (cli.tls_cert_file.clone(), cli.tls_private_key_file.clone())
+    else {
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let (chain, key) =
+            tls_serving::self_signed(&names).map_err(|e| Error::Config(e.to_string()))?;
+        let config = tls_serving::server_config(
+            chain,
+            key,
+            client_auth_from(&client_ca_file).map_err(|e| Error::Config(e.to_string()))?,
+            min_version,
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
+        tracing::warn!(
+            "no --tls-cert-file: serving a generated self-signed certificate; an APIService then needs insecureSkipTLSVerify: true (use a real certificate and caBundle in production)"
+        );
+        return Ok(Arc::new(ArcSwap::from_pointee(config)));
+    };
+    let build =
+        move || -> Result<(rustls::ServerConfig, Vec<std::path::PathBuf>), tls_serving::Error> {
+            let chain = tls_serving::load_cert_chain(&cert)?;
+            let private_key = tls_serving::load_private_key(&key)?;
+            let config = tls_serving::server_config(
+                chain,
+                private_key,
+                client_auth_from(&client_ca_file)?,
+                min_version,
+            )?;
+            let mut files = vec![cert.clone(), key.clone()];
+            files.extend(client_ca_file.iter().cloned());
+            Ok((config, files))
+        };
+    let (config, files) = build().map_err(|e| Error::Config(e.to_string()))?;
+    let handle = Arc::new(ArcSwap::from_pointee(config));
+    tls_serving::watch_files(handle.clone(), files, TLS_FILE_POLL, build);
+    Ok(handle)
+}
+
+/// SIGINT or SIGTERM (the kubelet's stop).
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
 }
 
 async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {

@@ -11,6 +11,9 @@ fn run(args: &[&str]) -> (i32, String) {
         .args(args)
         .env("COLUMNS", "100")
         .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        // No ~/.kube/config either: the failure below must not depend on the machine.
+        .env("HOME", "/nonexistent")
         .env_remove("RUST_LOG")
         .output()
         .expect("run gpu-metrics-adapter");
@@ -37,9 +40,12 @@ fn help_matches_the_snapshot() {
 }
 
 #[test]
-fn plain_http_is_refused_unless_asked_for() {
+fn tls_serving_without_the_kubernetes_api_says_why_it_cannot_start() {
+    // TLS is the default and brings delegated authentication, which needs TokenReview
+    // and SubjectAccessReview: with no kubeconfig and no cluster, a clear error.
     let (code, out) = run(&["--exporter-url", "http://127.0.0.1:1/metrics"]);
     assert_eq!(code, 1, "{out}");
+    assert!(out.contains("authentication needs the Kubernetes API"), "{out}");
     assert!(out.contains("--insecure-serve-http"), "{out}");
 }
 

@@ -2,6 +2,8 @@
 //! Prometheus and promtool, and wait on conditions (never on fixed sleeps).
 
 pub mod hpa;
+pub mod https;
+pub mod pki;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -659,6 +661,31 @@ impl Adapter {
         Adapter {
             process,
             base: format!("http://{addr}"),
+        }
+    }
+
+    /// The adapter serving TLS with authentication and authorization (no
+    /// `--insecure-serve-http`), `args` after the address flags; waits until it
+    /// listens. `base` is `https://127.0.0.1:PORT`.
+    pub fn start_tls(args: &[&str]) -> Adapter {
+        let mut cmd = Command::new(binary("gpu-metrics-adapter"));
+        cmd.current_dir(workspace())
+            .args(["--bind-address", "127.0.0.1"])
+            .args(["--secure-port", "0", "--grpc-port", "0"])
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info,gpu_metrics_adapter::auth=debug");
+        let mut process = Process::spawn(cmd);
+        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
+        let addr = line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address in the listening line")
+            .to_string();
+        Adapter {
+            process,
+            base: format!("https://{addr}"),
         }
     }
 
