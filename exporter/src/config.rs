@@ -133,6 +133,18 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", default_value = "/proc")]
     pub proc_root: PathBuf,
 
+    /// Web config file in Prometheus exporter-toolkit's format (web-config.yml): TLS,
+    /// client certificates, basic auth. Reloaded when it or a file it names changes.
+    // An empty value means none, as in dcgm-exporter (charts set the variable empty).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WEB_CONFIG_FILE",
+        hide_env_values = true,
+        value_name = "PATH",
+        value_parser = path_or_empty
+    )]
+    pub web_config_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -147,6 +159,13 @@ impl Cli {
         Duration::from_millis(self.collect_interval)
     }
 
+    /// The web config file, if one is named (an empty value names none).
+    pub fn web_config_file(&self) -> Option<&std::path::Path> {
+        self.web_config_file
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+    }
+
     /// The socket address to bind: `:9400` means every IPv4 interface.
     pub fn bind_address(&self) -> String {
         match self.address.strip_prefix(':') {
@@ -154,6 +173,11 @@ impl Cli {
             None => self.address.clone(),
         }
     }
+}
+
+/// A path, where an empty value is allowed (clap's path parser refuses one).
+fn path_or_empty(text: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(text))
 }
 
 /// A duration as `2s`, `500ms`, `1m`, or a bare number of milliseconds; at least 10 ms.

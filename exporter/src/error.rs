@@ -34,6 +34,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    WebConfig(#[from] crate::web_config::WebConfigError),
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
 }

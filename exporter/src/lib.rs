@@ -9,6 +9,7 @@
 //! [`catalog`] knows every servable field; [`counters`] turns a counters CSV into the
 //! plan of what to export.
 
+pub mod access;
 pub mod attribution;
 pub mod catalog;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod http;
 pub mod sampler;
 pub mod snapshot;
 pub mod source;
+pub mod web_config;
 
 use crate::config::Cli;
 use crate::error::{Error, Result};
@@ -229,6 +231,17 @@ fn demo_kube_node(
 
 /// Run the exporter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<()> {
+    tls_serving::install_crypto_provider();
+    // The web config first: a bad one stops startup before the GPUs are touched.
+    let web = match cli.web_config_file() {
+        Some(path) => {
+            let config = web_config::WebConfig::load(path)?;
+            let server = config.server_config()?;
+            access::warn_if_insecure(&config);
+            Some((config, server))
+        }
+        None => None,
+    };
     let plan = Arc::new(load_plan(&cli)?);
     let source = build_source(&cli)?;
     let build_labels: Arc<str> = {
@@ -290,9 +303,25 @@ pub fn run(cli: Cli) -> Result<()> {
                 source,
             })?;
         let local = listener.local_addr().map_err(Error::Serve)?;
-        tracing::info!(address = %local, "listening");
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown_signal())
+        let mut router = http::router(state);
+        let mut tls = None;
+        if let Some((config, server)) = web {
+            let handle: Option<tls_serving::TlsConfigHandle> =
+                server.map(|s| Arc::new(ArcSwap::from_pointee(s)));
+            let guard = Arc::new(access::Guard::new(&config));
+            access::watch(&config, handle.clone(), guard.clone());
+            router = access::protect(router, guard);
+            tracing::info!(
+                file = %config.path.display(),
+                tls = handle.is_some(),
+                basic_auth_users = config.users.len(),
+                exempt = ?access::UNAUTHENTICATED_PATHS,
+                "web config loaded"
+            );
+            tls = handle;
+        }
+        tracing::info!(address = %local, tls = tls.is_some(), "listening");
+        tls_serving::serve(listener, tls, router, shutdown_signal())
             .await
             .map_err(Error::Serve)
     });

@@ -14,6 +14,7 @@ fn run(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
         .env_remove("DCGM_EXPORTER_LISTEN")
         .env_remove("DCGM_EXPORTER_COLLECTORS")
         .env_remove("DCGM_EXPORTER_INTERVAL")
+        .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
         .env_remove("RUST_LOG");
     for (k, v) in envs {
         cmd.env(k, v);
@@ -108,6 +109,8 @@ fn dcgm_exporter_environment_variables_are_honoured() {
         .env("DCGM_EXPORTER_LISTEN", "127.0.0.1:0")
         .env("DCGM_EXPORTER_INTERVAL", "250")
         .env("DCGM_EXPORTER_COLLECTORS", &csv)
+        // Empty: no web config, as in dcgm-exporter.
+        .env("DCGM_EXPORTER_WEB_CONFIG_FILE", "")
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -135,6 +138,7 @@ fn dcgm_exporter_environment_variables_are_honoured() {
         "{log}"
     );
     assert!(log.contains("interval_ms=250"), "{log}");
+    assert!(log.contains("tls=false"), "{log}");
     assert!(
         log.contains("metrics=1"),
         "collectors file from the environment: {log}"

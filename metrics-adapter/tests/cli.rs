@@ -45,7 +45,10 @@ fn tls_serving_without_the_kubernetes_api_says_why_it_cannot_start() {
     // and SubjectAccessReview: with no kubeconfig and no cluster, a clear error.
     let (code, out) = run(&["--exporter-url", "http://127.0.0.1:1/metrics"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("authentication needs the Kubernetes API"), "{out}");
+    assert!(
+        out.contains("authentication needs the Kubernetes API"),
+        "{out}"
+    );
     assert!(out.contains("--insecure-serve-http"), "{out}");
 }
 
