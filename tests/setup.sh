@@ -3,13 +3,17 @@
 #   - promtool and prometheus (Debian package `prometheus`) for the promtool/Prometheus tests,
 #   - wrk (Debian package `wrk`) for the load tests,
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
-#   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test.
+#   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test,
+#   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
+#     for the manifest tests (tests/tests/deploy.rs).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
 
 # The pynvml release the fidelity test is written against (latest 13.x at the time).
 NVIDIA_ML_PY_VERSION="13.615.71"
+# The kubernetes-validate release the manifest tests use (schemas up to Kubernetes 1.37).
+KUBERNETES_VALIDATE_VERSION="1.37.0"
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -35,9 +39,12 @@ fi
 if ! command -v nm >/dev/null 2>&1 || ! command -v readelf >/dev/null 2>&1; then
     apt_packages+=(binutils)
 fi
+if ! command -v openssl >/dev/null 2>&1; then
+    apt_packages+=(openssl)
+fi
 if ! command -v python3 >/dev/null 2>&1; then
     apt_packages+=(python3 python3-pip)
-elif ! python3 -m pip --version >/dev/null 2>&1 && ! python3 -c 'import pynvml' >/dev/null 2>&1; then
+elif ! python3 -m pip --version >/dev/null 2>&1 && ! python3 -c 'import pynvml, kubernetes_validate' >/dev/null 2>&1; then
     apt_packages+=(python3-pip)
 fi
 
@@ -62,6 +69,23 @@ if ! python3 -c 'import pynvml' >/dev/null 2>&1; then
     fi
     python3 -c 'import pynvml' || {
         echo "tests/setup.sh: pynvml still cannot be imported after installing nvidia-ml-py" >&2
+        exit 1
+    }
+fi
+
+if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
+    echo "tests/setup.sh: installing kubernetes-validate==${KUBERNETES_VALIDATE_VERSION}"
+    pip_args=(install --quiet --disable-pip-version-check "kubernetes-validate==${KUBERNETES_VALIDATE_VERSION}")
+    if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+        pip_args+=(--break-system-packages)
+    fi
+    if python3 -m pip "${pip_args[@]}" 2>/dev/null; then
+        :
+    else
+        as_root python3 -m pip "${pip_args[@]}"
+    fi
+    python3 -c 'import kubernetes_validate, jsonschema, yaml' || {
+        echo "tests/setup.sh: kubernetes-validate still cannot be imported after installing it" >&2
         exit 1
     }
 fi
