@@ -461,6 +461,86 @@ fn kustomize(dir: &str) -> Vec<Value> {
     serde_saphyr::from_str_multiple(&out).unwrap_or_else(|e| panic!("{dir} output: {e}\n{out}"))
 }
 
+/// The deployed exporter must export every DCGM field a dashboard or alert reads: the
+/// DaemonSet passes `--collectors` pointing at the mounted counters CSV of the
+/// `gpu-exporter-counters` ConfigMap, and that CSV enables each field.
+#[test]
+fn the_deployed_counters_enable_every_field_the_dashboards_and_alerts_read() {
+    let objects = kustomize("deploy/overlays/default");
+    let daemonset = objects
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "gpu-exporter")
+        .expect("the exporter DaemonSet");
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .expect("exporter args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let csv_path = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--collectors="))
+        .expect("--collectors=PATH in the exporter args");
+    let (dir, file) = csv_path.rsplit_once('/').expect("an absolute path");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["mountPath"] == dir)
+        .unwrap_or_else(|| panic!("nothing mounted at {dir}"));
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mounted volume");
+    let config_map_name = volume["configMap"]["name"]
+        .as_str()
+        .expect("a ConfigMap volume");
+    let config_map = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == config_map_name)
+        .unwrap_or_else(|| panic!("ConfigMap {config_map_name} is not in the build"));
+    let csv = config_map["data"][file]
+        .as_str()
+        .unwrap_or_else(|| panic!("{config_map_name} has no key {file}"));
+    let enabled: BTreeSet<&str> = csv
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split(',').next())
+        .map(str::trim)
+        .collect();
+
+    let mut used: BTreeMap<String, String> = BTreeMap::new();
+    for (name, dashboard) in dashboards() {
+        let text = dashboard.to_string();
+        for field in dcgm_fields(&text) {
+            used.entry(field.to_string())
+                .or_insert_with(|| format!("dashboard {name}"));
+        }
+    }
+    let rules = std::fs::read_to_string(root().join("dashboards/alerts/prometheusrule.yaml"))
+        .expect("rules");
+    for field in dcgm_fields(&rules) {
+        used.entry(field.to_string())
+            .or_insert_with(|| "the alert rules".into());
+    }
+    assert!(used.len() > 10, "the field scan found too little: {used:?}");
+    let missing: Vec<String> = used
+        .iter()
+        .filter(|(field, _)| !enabled.contains(field.as_str()))
+        .map(|(field, by)| format!("{field} (used by {by})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "fields the dashboards or alerts read but the deployed counters CSV does not enable:\n{}",
+        missing.join("\n")
+    );
+}
+
 #[test]
 fn kustomize_builds_the_dashboard_configmaps_and_the_rule() {
     let built = kustomize(GRAFANA);
