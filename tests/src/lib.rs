@@ -253,6 +253,18 @@ impl Process {
     }
 
     /// Wait for a log line containing `needle`; returns it.
+    /// Waits for the `listening address=HOST:PORT` log line both binaries write, and
+    /// returns `SCHEME://HOST:PORT`.
+    pub fn listening_base(&mut self, scheme: &str) -> String {
+        let line = self.wait_for_line("listening address=", Duration::from_secs(30));
+        let addr = line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address in the listening line");
+        format!("{scheme}://{addr}")
+    }
+
     pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> String {
         let lines = self.lines.clone();
         wait_for(
@@ -320,17 +332,8 @@ impl Exporter {
             cmd.env(k, v);
         }
         let mut process = Process::spawn(cmd);
-        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
-        let addr = line
-            .split("address=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .expect("address in the listening line")
-            .to_string();
-        Exporter {
-            process,
-            base: format!("http://{addr}"),
-        }
+        let base = process.listening_base("http");
+        Exporter { process, base }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -419,7 +422,6 @@ impl Prometheus {
 
     /// [`Prometheus::start`] with extra command-line flags (e.g. feature flags).
     pub fn start_with_args(jobs: &[(&str, &str, &str)], args: &[&str]) -> Prometheus {
-        let dir = scratch_dir("prometheus");
         let mut config =
             String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
         for (name, target, extra) in jobs {
@@ -427,6 +429,13 @@ impl Prometheus {
                 "  - job_name: {name}\n    honor_labels: true\n    static_configs:\n      - targets: ['{target}']\n{extra}"
             ));
         }
+        Prometheus::start_with_config(&config, args)
+    }
+
+    /// Prometheus with `config` as its whole `prometheus.yml` and extra flags; returns
+    /// once it is ready.
+    pub fn start_with_config(config: &str, args: &[&str]) -> Prometheus {
+        let dir = scratch_dir("prometheus");
         std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
         let port = free_port();
         let mut cmd = Command::new("prometheus");
@@ -462,7 +471,8 @@ impl Prometheus {
     }
 }
 
-fn urlencode(s: &str) -> String {
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -650,18 +660,7 @@ impl Adapter {
 
     /// Start it with `args` and wait until it listens.
     pub fn start(args: &[&str]) -> Adapter {
-        let mut process = Process::spawn(Adapter::command(args));
-        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
-        let addr = line
-            .split("address=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .expect("address in the listening line")
-            .to_string();
-        Adapter {
-            process,
-            base: format!("http://{addr}"),
-        }
+        Adapter::spawn(Adapter::command(args), "http")
     }
 
     /// The adapter serving TLS with authentication and authorization (no
@@ -675,18 +674,13 @@ impl Adapter {
             .args(args)
             .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,gpu_metrics_adapter::auth=debug");
+        Adapter::spawn(cmd, "https")
+    }
+
+    fn spawn(cmd: Command, scheme: &str) -> Adapter {
         let mut process = Process::spawn(cmd);
-        let line = process.wait_for_line("listening address=", Duration::from_secs(30));
-        let addr = line
-            .split("address=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .expect("address in the listening line")
-            .to_string();
-        Adapter {
-            process,
-            base: format!("https://{addr}"),
-        }
+        let base = process.listening_base(scheme);
+        Adapter { process, base }
     }
 
     /// GET `path`: (status, body as JSON, or as a JSON string when it is not JSON).

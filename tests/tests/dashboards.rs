@@ -5,7 +5,7 @@
 //! ECC, remap failures, slowdowns and a lost GPU) answers every panel query of every
 //! dashboard, every template variable and every recording rule with data.
 
-use e2e_tests::{Exporter, Process, Prometheus, free_port, scratch_dir, try_get, try_wait_for};
+use e2e_tests::{Exporter, Prometheus, scratch_dir, try_get, try_wait_for, urlencode};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -579,17 +579,6 @@ fn kustomize_builds_the_dashboard_configmaps_and_the_rule() {
 
 // ---------------------------------------------------------------- full stack
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            b => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// A Prometheus API call: the `data` field, or the error.
 fn api(prom: &Prometheus, path: &str) -> Result<Value, String> {
     let (status, body) = try_get(&format!("{}{path}", prom.base), &[])?;
@@ -822,28 +811,7 @@ fn prometheus_with_rules(exporter: &Exporter) -> Prometheus {
          static_configs:\n      - targets: ['{target}']\n        labels:\n{labels}",
         rules.display()
     );
-    std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
-    let port = free_port();
-    let mut cmd = Command::new("prometheus");
-    cmd.arg(format!(
-        "--config.file={}",
-        dir.join("prometheus.yml").display()
-    ))
-    .arg(format!(
-        "--storage.tsdb.path={}",
-        dir.join("data").display()
-    ))
-    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-    .arg("--log.level=info");
-    let mut process = Process::spawn(cmd);
-    process.wait_for_line(
-        "Server is ready to receive web requests",
-        Duration::from_secs(60),
-    );
-    Prometheus {
-        process,
-        base: format!("http://127.0.0.1:{port}"),
-    }
+    Prometheus::start_with_config(&config, &[])
 }
 
 /// (alertname, gpu, xid or pod) of every pending or firing alert.
