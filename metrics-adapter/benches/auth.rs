@@ -60,6 +60,14 @@ fn request(peer: Option<&CertificateDer<'static>>, headers: &[(&str, &str)]) -> 
     request
 }
 
+/// (name, router, client certificate, request headers).
+type Case<'a> = (
+    &'a str,
+    &'a axum::Router,
+    Option<&'a CertificateDer<'static>>,
+    Vec<(&'a str, &'a str)>,
+);
+
 fn bench(c: &mut Criterion) {
     tls_serving::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -148,12 +156,7 @@ fn bench(c: &mut Criterion) {
         ("X-Remote-User", "system:kube-aggregator"),
         ("X-Remote-Group", "system:masters"),
     ];
-    let cases: Vec<(
-        &str,
-        &axum::Router,
-        Option<&CertificateDer<'static>>,
-        Vec<(&str, &str)>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         ("baseline_no_auth", &plain, None, vec![]),
         (
             "front_proxy_hpa_sar_cached",

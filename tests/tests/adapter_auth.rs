@@ -36,6 +36,9 @@ struct Pki {
     front_proxy_wrong_cn: Leaf,
     /// CN front-proxy-client, from a CA nobody trusts.
     front_proxy_wrong_ca: Leaf,
+    /// CN front-proxy-client from the front-proxy CA, but for server authentication
+    /// only: not a client certificate.
+    front_proxy_server_only: Leaf,
     /// A user's client certificate from the client CA: alice in team-a.
     alice: Leaf,
     /// Another, whom the policy does not allow.
@@ -53,6 +56,7 @@ impl Pki {
             front_proxy: front_proxy_ca.client("front-proxy-client", &[]),
             front_proxy_wrong_cn: front_proxy_ca.client("someone-else", &[]),
             front_proxy_wrong_ca: rogue.client("front-proxy-client", &[]),
+            front_proxy_server_only: front_proxy_ca.server_only("front-proxy-client"),
             alice: client_ca.client("alice", &["team-a"]),
             mallory: client_ca.client("mallory", &[]),
             dir,
@@ -257,6 +261,11 @@ fn the_auth_matrix_matches_a_delegated_kubernetes_api_server() {
         (401, "Unauthorized"),
         "{body}"
     );
+
+    // The right CA and CN, but a certificate without the client-auth usage → 401.
+    let server_only = pki.client(Some(&pki.front_proxy_server_only));
+    let (code, body) = status(&server_only, &url(PODS_METRIC), &masters);
+    assert_eq!((code, reason(&body).as_str()), (401, "Unauthorized"), "{body}");
 
     // A spoofed header next to a plain client certificate: the user is the
     // certificate's CN (mallory, refused), never the header's (the HPA, allowed).
