@@ -265,7 +265,11 @@ fn the_auth_matrix_matches_a_delegated_kubernetes_api_server() {
     // The right CA and CN, but a certificate without the client-auth usage → 401.
     let server_only = pki.client(Some(&pki.front_proxy_server_only));
     let (code, body) = status(&server_only, &url(PODS_METRIC), &masters);
-    assert_eq!((code, reason(&body).as_str()), (401, "Unauthorized"), "{body}");
+    assert_eq!(
+        (code, reason(&body).as_str()),
+        (401, "Unauthorized"),
+        "{body}"
+    );
 
     // A spoofed header next to a plain client certificate: the user is the
     // certificate's CN (mallory, refused), never the header's (the HPA, allowed).
