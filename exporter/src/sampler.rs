@@ -515,6 +515,14 @@ impl Sampler {
         for ev in self.source.xid_events() {
             if ev.entity < n {
                 d.last_xid[ev.entity] = Some(ev.code);
+                // dcgm-exporter reports a MIG instance's XID on its parent GPU's
+                // DCGM_FI_DEV_XID_ERRORS (the only entity with that gauge); the
+                // per-instance counter below keeps where it happened.
+                if let Some(mig) = &d.inventory.entities[ev.entity].mig
+                    && mig.parent < n
+                {
+                    d.last_xid[mig.parent] = Some(ev.code);
+                }
                 let s = d.xids[ev.entity].entry(ev.code).or_insert(XidStat {
                     count: 0,
                     last_seen: ev.at,

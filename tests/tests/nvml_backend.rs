@@ -186,6 +186,16 @@ fn xids_are_counted_once_and_a_lost_gpu_leaves_the_others_flowing() {
         ),
         vec![48.0]
     );
+    // The MIG instance's XID shows on its parent GPU's gauge, as dcgm-exporter maps it;
+    // the counter above keeps the instance.
+    assert_eq!(
+        series_values(
+            &later,
+            "DCGM_FI_DEV_XID_ERRORS",
+            &[("gpu", "1"), ("err_code", "94")]
+        ),
+        vec![94.0]
+    );
     // The other GPUs keep flowing; the lost one has no series but its health.
     assert_eq!(
         series_values(&later, "DCGM_FI_DEV_POWER_USAGE", &[("gpu", "0")]).len(),
