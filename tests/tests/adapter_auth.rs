@@ -413,6 +413,21 @@ fn the_auth_matrix_matches_a_delegated_kubernetes_api_server() {
         api.token_reviews().into_iter().map(|s| s.token).collect();
     assert!(tokens.contains(&Some(GOOD_TOKEN.to_string())));
     assert!(tokens.contains(&Some("not-a-token".to_string())));
+    // Both TokenReview answers, the yes and the no, are cached.
+    let token_reviews = api.token_reviews().len();
+    for (token, want) in [(GOOD_TOKEN, 200), ("not-a-token", 401)] {
+        let (code, _) = status(
+            &anonymous,
+            &url(PODS_METRIC),
+            &[("Authorization", &format!("Bearer {token}"))],
+        );
+        assert_eq!(code, want, "{token} again");
+    }
+    assert_eq!(
+        api.token_reviews().len(),
+        token_reviews,
+        "cached TokenReview answers must not cost a review"
+    );
     // A bad token is refused even on a path anyone may read: authentication comes first.
     let (code, _) = status(
         &anonymous,
@@ -427,6 +442,14 @@ fn the_auth_matrix_matches_a_delegated_kubernetes_api_server() {
     assert!(
         body.contains(r#"cannot list resource \"gpu_utilization\" in API group \"external.metrics.k8s.io\" in the namespace \"inference\""#),
         "{body}"
+    );
+    // A denial is cached too: the same request again is refused without a review.
+    let access_reviews = api.access_reviews().len();
+    assert_eq!(status(&mallory, &url(EXTERNAL_METRIC), &[]).0, 403);
+    assert_eq!(
+        api.access_reviews().len(),
+        access_reviews,
+        "a cached denial must not cost a review"
     );
 
     // The front-proxy CA rotates through the ConfigMap: the old proxy certificate stops
