@@ -517,6 +517,7 @@ fn main() {
         interval: INTERVAL,
         timeout: TIMEOUT,
         accept: exposition::ACCEPT,
+        auth: Default::default(),
     };
     let rss_before = status_bytes("self", "VmRSS");
     eprintln!(
@@ -524,7 +525,8 @@ fn main() {
         WARMUP_ROUNDS + MEASURED_ROUNDS
     );
     let t0 = Instant::now();
-    let scraper = rt.spawn(source::run(opts, exposition::decode, fleet.clone()));
+    let client = source::client(&opts).expect("scrape client");
+    let scraper = rt.spawn(source::run(opts, client, exposition::decode, fleet.clone()));
 
     // Watch publications from this (main) thread; a round starts on the loop's tick.
     let mut rounds: Vec<Round> = Vec::new();

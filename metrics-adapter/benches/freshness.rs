@@ -129,17 +129,16 @@ async fn run_config(
 ) -> Vec<Duration> {
     let (sample, scrape) = (cfg.sample / scale, cfg.scrape / scale);
     let fleet = Arc::new(ArcSwap::from_pointee(source::Fleet::default()));
-    let scraper = tokio::spawn(source::run(
-        source::ScrapeOptions {
-            targets: Arc::new(ArcSwap::from_pointee(vec![url.to_string()])),
-            interval: scrape,
-            // The default 1.5 s of 2 s.
-            timeout: scrape.mul_f64(0.75),
-            accept: exposition::ACCEPT,
-        },
-        exposition::decode,
-        fleet.clone(),
-    ));
+    let opts = source::ScrapeOptions {
+        targets: Arc::new(ArcSwap::from_pointee(vec![url.to_string()])),
+        interval: scrape,
+        // The default 1.5 s of 2 s.
+        timeout: scrape.mul_f64(0.75),
+        accept: exposition::ACCEPT,
+        auth: Default::default(),
+    };
+    let client = source::client(&opts).expect("scrape client");
+    let scraper = tokio::spawn(source::run(opts, client, exposition::decode, fleet.clone()));
     let router = http::router(Arc::new(http::AppState {
         fleet,
         pods: Arc::new(ArcSwap::from_pointee(PodIndex::default())),

@@ -145,6 +145,34 @@ pub struct Cli {
     #[arg(long, value_name = "NAME", default_value = "metrics")]
     pub exporter_port_name: String,
 
+    /// Scheme of the discovered exporters' URLs: https where the exporters serve TLS
+    /// (their --web-config-file).
+    #[arg(long, value_name = "SCHEME", default_value = "http", value_parser = ["http", "https"])]
+    pub exporter_scheme: String,
+
+    /// PEM CA bundle that signed the exporters' certificates; default: the system's
+    /// roots.
+    #[arg(long, value_name = "PATH")]
+    pub exporter_ca_file: Option<PathBuf>,
+
+    /// The name the exporters' certificates must carry, verified instead of the pod IP
+    /// they are scraped at, e.g. gpu-exporter.gpu-monitoring.svc.
+    #[arg(long, value_name = "NAME")]
+    pub exporter_tls_server_name: Option<String>,
+
+    /// Basic-auth user for exporters whose --web-config-file sets basic_auth_users.
+    #[arg(
+        long,
+        value_name = "USER",
+        requires = "exporter_basic_auth_password_file"
+    )]
+    pub exporter_basic_auth_username: Option<String>,
+
+    /// File with that user's password (re-read every scrape round; a trailing newline
+    /// is ignored).
+    #[arg(long, value_name = "PATH", requires = "exporter_basic_auth_username")]
+    pub exporter_basic_auth_password_file: Option<PathBuf>,
+
     /// Query this Prometheus-compatible API (Prometheus, Thanos, Mimir) instead of
     /// scraping the exporters, e.g. http://prometheus.monitoring:9090.
     #[arg(long, value_name = "URL", conflicts_with = "exporter_urls")]

@@ -70,13 +70,14 @@ fn url_host(address: &str, address_type: &str) -> Option<String> {
     }
 }
 
-/// The sorted, deduplicated `http://<address>:<port>/metrics` of every ready endpoint
+/// The sorted, deduplicated `<scheme>://<address>:<port>/metrics` of every ready endpoint
 /// of `slices` (see [`slice_port`] for the port). Of an endpoint's addresses only the
 /// first is used: the API declares them fungible and lets consumers use just the first
 /// (kubernetes/kubernetes#106267), and scraping more would count one exporter twice.
 pub fn targets_from_slices<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     port_name: &str,
+    scheme: &str,
 ) -> Vec<String> {
     let mut targets = BTreeSet::new();
     for slice in slices {
@@ -89,7 +90,7 @@ pub fn targets_from_slices<'a>(
                 .first()
                 .and_then(|a| url_host(a, &slice.address_type))
             {
-                targets.insert(format!("http://{host}:{port}{METRICS_PATH}"));
+                targets.insert(format!("{scheme}://{host}:{port}{METRICS_PATH}"));
             }
         }
     }
@@ -121,6 +122,7 @@ pub async fn watch_exporters(
     client: kube::Client,
     service: ServiceRef,
     port_name: String,
+    scheme: String,
     targets: Arc<ArcSwap<Vec<String>>>,
 ) {
     let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, &service.namespace);
@@ -183,7 +185,7 @@ pub async fn watch_exporters(
                 tracing::warn!(service = %service, slice = %name, port_name = %port_name, "EndpointSlice has no port of that name and not exactly one port; its exporters are not scraped");
             }
             unusable = now_unusable;
-            let current = targets_from_slices(slices.values(), &port_name);
+            let current = targets_from_slices(slices.values(), &port_name, &scheme);
             if published != Some(current.len()) {
                 if current.is_empty() {
                     tracing::warn!(service = %service, "no ready exporters in the Service's EndpointSlices");
@@ -402,7 +404,11 @@ mod tests {
             ),
         ];
         for (name, slices, port_name, want) in cases {
-            assert_eq!(targets_from_slices(&slices, port_name), want, "{name}");
+            assert_eq!(
+                targets_from_slices(&slices, port_name, "http"),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -411,12 +417,17 @@ mod tests {
         let mut s = slice("a", "IPv4", METRICS, &[("10.0.0.1", Some(true), false)]);
         s.endpoints[0].addresses.push("10.0.0.9".into());
         assert_eq!(
-            targets_from_slices([&s], "metrics"),
+            targets_from_slices([&s], "metrics", "http"),
             ["http://10.0.0.1:9400/metrics"]
+        );
+        // Exporters serving TLS (--exporter-scheme https).
+        assert_eq!(
+            targets_from_slices([&s], "metrics", "https"),
+            ["https://10.0.0.1:9400/metrics"]
         );
         // No address at all (invalid, but must not panic).
         s.endpoints[0].addresses.clear();
-        assert!(targets_from_slices([&s], "metrics").is_empty());
+        assert!(targets_from_slices([&s], "metrics", "http").is_empty());
     }
 
     #[test]

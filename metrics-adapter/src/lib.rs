@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod error;
 pub mod exposition;
 pub mod http;
+pub mod http_client;
 pub mod keda;
 pub mod pods;
 pub mod prometheus;
@@ -62,16 +63,26 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                 fleet.clone(),
             ));
         } else {
-            tokio::spawn(source::run(
-                source::ScrapeOptions {
-                    targets: targets.clone(),
-                    interval: cli.scrape_interval,
-                    timeout: cli.scrape_timeout,
-                    accept: exposition::ACCEPT,
+            let opts = source::ScrapeOptions {
+                targets: targets.clone(),
+                interval: cli.scrape_interval,
+                timeout: cli.scrape_timeout,
+                accept: exposition::ACCEPT,
+                auth: source::ExporterAuth {
+                    tls: http_client::TlsOptions {
+                        ca_file: cli.exporter_ca_file.clone(),
+                        server_name: cli.exporter_tls_server_name.clone(),
+                    },
+                    basic_auth: cli
+                        .exporter_basic_auth_username
+                        .clone()
+                        .zip(cli.exporter_basic_auth_password_file.clone()),
                 },
-                exposition::decode,
-                fleet.clone(),
-            ));
+            };
+            let client = source::client(&opts).map_err(|e| {
+                Error::Config(format!("the exporter scrape client: {e}"))
+            })?;
+            tokio::spawn(source::run(opts, client, exposition::decode, fleet.clone()));
         }
         match kube_client(cli.kubeconfig.as_deref()).await {
             Ok(client) => {
@@ -80,6 +91,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                         client.clone(),
                         cli.exporter_service.clone(),
                         cli.exporter_port_name.clone(),
+                        cli.exporter_scheme.clone(),
                         targets,
                     ));
                 }

@@ -52,52 +52,6 @@ pub struct PrometheusOptions {
     pub staleness: Duration,
 }
 
-type Client = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    Empty<Bytes>,
->;
-
-/// An https-or-http client trusting `ca_file` (or the system's roots).
-pub fn client(ca_file: Option<&std::path::Path>) -> Result<Client, String> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_file {
-        Some(path) => {
-            for cert in rustls_pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?
-            {
-                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-        }
-        None => {
-            let native = rustls_native_certs::load_native_certs();
-            for cert in native.certs {
-                // A system certificate rustls cannot parse is skipped, as browsers do.
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(https),
-    )
-}
-
 #[derive(Debug, Deserialize)]
 struct QueryResponse {
     status: String,
@@ -136,7 +90,7 @@ fn encode_query(q: &str) -> String {
 }
 
 async fn instant_query(
-    client: &Client,
+    client: &crate::http_client::Client,
     opts: &PrometheusOptions,
     token: Option<&str>,
     query: &str,
@@ -214,7 +168,10 @@ fn exporter_labels(metric: &HashMap<String, String>) -> Vec<(String, String)> {
 }
 
 /// One round: every family and its samples' timestamps, then per-pod values.
-async fn round(client: &Client, opts: &PrometheusOptions) -> Result<Fleet, String> {
+async fn round(
+    client: &crate::http_client::Client,
+    opts: &PrometheusOptions,
+) -> Result<Fleet, String> {
     let token = match &opts.bearer_token_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
@@ -296,7 +253,11 @@ async fn round(client: &Client, opts: &PrometheusOptions) -> Result<Fleet, Strin
 /// Query forever, publishing into `store` after every successful round. A failed round
 /// keeps the previous view, whose values then age out.
 pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
-    let client = match client(opts.ca_file.as_deref()) {
+    let tls = crate::http_client::TlsOptions {
+        ca_file: opts.ca_file.clone(),
+        server_name: None,
+    };
+    let client = match crate::http_client::client(&tls, None) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot set up the Prometheus client");

@@ -51,12 +51,40 @@ pub struct ScrapeOptions {
     pub timeout: Duration,
     /// The `Accept` header to send.
     pub accept: &'static str,
+    /// TLS and basic auth for exporters that require them (`--web-config-file`).
+    pub auth: ExporterAuth,
 }
 
-type Client = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    Empty<Bytes>,
->;
+/// How the exporters want to be asked.
+#[derive(Debug, Clone, Default)]
+pub struct ExporterAuth {
+    pub tls: crate::http_client::TlsOptions,
+    /// User name and the file with the password, read every round so a rotated Secret
+    /// applies without a restart.
+    pub basic_auth: Option<(String, std::path::PathBuf)>,
+}
+
+impl ExporterAuth {
+    /// The `Authorization` header to send, if any.
+    fn authorization(&self) -> Result<Option<axum::http::HeaderValue>, String> {
+        use base64::Engine;
+        let Some((user, file)) = &self.basic_auth else {
+            return Ok(None);
+        };
+        let password = std::fs::read_to_string(file)
+            .map_err(|e| format!("reading the exporter password {}: {e}", file.display()))?;
+        // A trailing newline from `echo` or `kubectl create secret --from-file` is not
+        // part of the password, as Prometheus's password_file reads it.
+        let password = password.trim_end_matches(['\r', '\n']);
+        let credentials =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        axum::http::HeaderValue::from_str(&format!("Basic {credentials}"))
+            .map(Some)
+            .map_err(|e| format!("exporter credentials: {e}"))
+    }
+}
+
+pub type Client = crate::http_client::Client;
 
 /// One exporter's pods, and when its answer arrived.
 type Scraped = (HashMap<PodKey, PodValues>, SystemTime, Instant);
@@ -69,11 +97,15 @@ async fn scrape_one(
     client: &Client,
     url: &str,
     opts: &ScrapeOptions,
+    authorization: Option<&axum::http::HeaderValue>,
     decode: Decoder,
     decoding: &Arc<tokio::sync::Semaphore>,
 ) -> Result<Scraped, String> {
-    let request = axum::http::Request::get(url)
-        .header(axum::http::header::ACCEPT, opts.accept)
+    let mut request = axum::http::Request::get(url).header(axum::http::header::ACCEPT, opts.accept);
+    if let Some(value) = authorization {
+        request = request.header(axum::http::header::AUTHORIZATION, value);
+    }
+    let request = request
         .body(Empty::<Bytes>::new())
         .map_err(|e| format!("bad URL: {e}"))?;
     let work = async {
@@ -109,16 +141,20 @@ async fn scrape_one(
     Ok((pods, at, seen))
 }
 
-/// Scrape forever, publishing into `store` after every round.
-pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>>) {
-    let client: Client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_idle_timeout(opts.interval * 4)
-            .build_http();
+/// The scrape client for `opts` (http, or https with its TLS options); fails on an
+/// unreadable CA file or a bad server name, so startup can say so.
+pub fn client(opts: &ScrapeOptions) -> Result<Client, String> {
+    crate::http_client::client(&opts.auth.tls, Some(opts.interval * 4))
+}
+
+/// Scrape forever with `client` (from [`client`]), publishing into `store` after every
+/// round.
+pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Arc<ArcSwap<Fleet>>) {
     // Per target: its pods and when, kept across rounds so a failure ages them out.
     let mut per_target: HashMap<String, (HashMap<PodKey, PodValues>, SystemTime, Instant)> =
         HashMap::new();
     let mut failing: HashMap<String, String> = HashMap::new();
+    let mut credentials_error: Option<String> = None;
     let mut last_answer = None;
     let decoding = Arc::new(tokio::sync::Semaphore::new(1));
     let mut ticker = tokio::time::interval(opts.interval);
@@ -130,6 +166,22 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
         let current: std::collections::HashSet<&str> = targets.iter().map(String::as_str).collect();
         per_target.retain(|url, _| current.contains(url.as_str()));
         failing.retain(|url, _| current.contains(url.as_str()));
+        let authorization = match opts.auth.authorization() {
+            Ok(value) => {
+                credentials_error = None;
+                value
+            }
+            Err(e) => {
+                // Without credentials every exporter would answer 401: say why once,
+                // and let the values age out.
+                if credentials_error.as_ref() != Some(&e) {
+                    tracing::warn!(error = %e, "cannot scrape the exporters");
+                    credentials_error = Some(e);
+                }
+                continue;
+            }
+        };
+        let authorization = authorization.as_ref();
         let results: Vec<(String, Result<Scraped, String>)> =
             futures_util::stream::iter(targets.iter().cloned())
                 .map(|url| {
@@ -137,7 +189,8 @@ pub async fn run(opts: ScrapeOptions, decode: Decoder, store: Arc<ArcSwap<Fleet>
                     let opts = &opts;
                     let decoding = &decoding;
                     async move {
-                        let r = scrape_one(client, &url, opts, decode, decoding).await;
+                        let r =
+                            scrape_one(client, &url, opts, authorization, decode, decoding).await;
                         (url, r)
                     }
                 })

@@ -10,7 +10,9 @@
 
 use e2e_tests::https::client_config;
 use e2e_tests::pki::{Ca, Leaf};
-use e2e_tests::{Exporter, Process, Prometheus, binary, scratch_dir, try_wait_for, wait_for};
+use e2e_tests::{
+    Adapter, Exporter, Process, Prometheus, binary, scratch_dir, try_wait_for, wait_for,
+};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use std::io::{Read, Write};
@@ -610,4 +612,49 @@ fn basic_auth_over_plain_http_with_a_rate_limit() {
     assert_eq!(status, 429, "burst of 2 spent: {body}");
     assert_eq!(body, "Too Many Requests\n");
     assert_eq!(get("/healthz", None).0, 200, "probes are never throttled");
+}
+
+/// The metrics adapter scrapes an exporter that requires TLS and basic auth: it
+/// verifies the certificate for the Service name (exporters are scraped by IP), sends
+/// the password from a file, and a wrong password leaves it unready with the 401 logged.
+#[test]
+fn the_metrics_adapter_scrapes_a_tls_and_basic_auth_exporter() {
+    let pki = Pki::new("web-adapter");
+    // A certificate for the Service name only, as a cluster's would be.
+    pki.ca
+        .server(&["gpu-exporter.gpu-monitoring.svc"])
+        .write(&pki.dir, "service");
+    let web = pki.web_config(&format!(
+        "tls_server_config:\n  cert_file: service.crt\n  key_file: service.key\nbasic_auth_users:\n  adapter: '{}'\n",
+        bcrypt_hash("adapter-secret")
+    ));
+    let exporter = secure_exporter(&web);
+    let url = format!("https://{}/metrics", addr(&exporter));
+    let ca = pki.ca_file();
+    let adapter = |password: &str, name: &str| {
+        let file = pki.dir.join(format!("{name}.password"));
+        // With the trailing newline `kubectl create secret --from-file` keeps.
+        std::fs::write(&file, format!("{password}\n")).expect("write password");
+        Adapter::start(&[
+            &format!("--exporter-url={url}"),
+            &format!("--exporter-ca-file={}", ca.display()),
+            "--exporter-tls-server-name=gpu-exporter.gpu-monitoring.svc",
+            "--exporter-basic-auth-username=adapter",
+            &format!("--exporter-basic-auth-password-file={}", file.display()),
+            "--scrape-interval=200ms",
+        ])
+    };
+
+    let good = adapter("adapter-secret", "good");
+    wait_for(
+        "the adapter ready on the TLS exporter",
+        Duration::from_secs(30),
+        || (good.get("/readyz").0 == 200).then_some(()),
+    );
+
+    let mut wrong = adapter("not-it", "wrong");
+    wrong
+        .process
+        .wait_for_line("HTTP 401", Duration::from_secs(30));
+    assert_eq!(wrong.get("/readyz").0, 503, "no exporter answered it");
 }
