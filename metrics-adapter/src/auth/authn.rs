@@ -353,6 +353,88 @@ mod tests {
         assert!(err.contains("requestheader-client-ca-file"), "{err}");
     }
 
+    /// A CA and a client certificate it issued, as DER.
+    fn ca_and_client(cn: &str) -> (String, CertificateDer<'static>) {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+            IsCa, KeyPair,
+        };
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let issuer =
+            CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("CA");
+        let mut leaf = CertificateParams::new(Vec::<String>::new()).expect("params");
+        leaf.distinguished_name.push(DnType::CommonName, cn);
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().expect("key");
+        let cert = leaf.signed_by(&key, &issuer).expect("leaf");
+        (issuer.pem(), cert.der().clone())
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                v.parse().expect("value"),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn flag_given_request_header_settings_replace_the_config_map_and_its_names() {
+        let (ca_pem, proxy) = ca_and_client("any-proxy-name");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_file = dir.path().join("front-proxy-ca.crt");
+        std::fs::write(&ca_file, ca_pem).expect("write CA");
+        let sources = FlagSources {
+            client_ca_file: None,
+            requestheader_client_ca_file: Some(ca_file),
+            requestheader: RequestHeaderSettings {
+                // Empty: any certificate from the CA.
+                allowed_names: vec![],
+                username_headers: vec!["X-Proxy-User".into()],
+                group_headers: vec!["X-Proxy-Group".into()],
+                extra_prefixes: vec!["X-Proxy-Extra-".into()],
+                uid_headers: vec![],
+            },
+        };
+        // The ConfigMap's request-header keys are ignored when the flag names the CA.
+        let mut data = BTreeMap::new();
+        data.insert(
+            "requestheader-username-headers".to_string(),
+            r#"["X-Remote-User"]"#.to_string(),
+        );
+        let config = sources.build(Some(&data)).expect("config");
+        let chain = [proxy];
+        let verdict = config.front_proxy(
+            &chain,
+            &headers(&[
+                ("x-remote-user", "spoofed"),
+                ("x-proxy-user", "alice"),
+                ("x-proxy-group", "a"),
+                ("x-proxy-group", "b"),
+                ("x-proxy-extra-scopes", "read"),
+            ]),
+        );
+        let Verdict::User(user) = verdict else {
+            panic!("the proxied user must authenticate");
+        };
+        assert_eq!(user.name, "alice");
+        assert_eq!(user.groups, ["a", "b"]);
+        assert_eq!(user.extra["scopes"], ["read"]);
+        // No username header: not this method, not a failure.
+        assert!(matches!(
+            config.front_proxy(&chain, &headers(&[("x-proxy-group", "a")])),
+            Verdict::NotApplicable
+        ));
+        // The custom names are stripped as well as the defaults.
+        let mut h = headers(&[("x-proxy-user", "alice"), ("x-remote-user", "x")]);
+        config.strip_headers(&mut h);
+        assert!(h.is_empty(), "{h:?}");
+    }
+
     #[test]
     fn stripping_covers_defaults_and_prefixes() {
         let mut headers = HeaderMap::new();
