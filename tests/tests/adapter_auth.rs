@@ -666,3 +666,46 @@ fn the_keda_grpc_port_speaks_tls_and_mutual_tls() {
         "a certificate from another CA must be refused: {strange:?}"
     );
 }
+
+/// When the API server cannot answer a review, nothing is allowed: a SubjectAccessReview
+/// that fails is a 500 (never an allow), a TokenReview that fails a 401; both work
+/// again once the API server is back, and failures are not cached.
+#[test]
+fn reviews_that_cannot_be_made_refuse_the_request() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let exporter = attributed_exporter(&node, SCENARIO);
+    let pki = Pki::new("adapter-auth-outage");
+    configure_api(&node, &pki);
+    let adapter = start(&node, &exporter, &pki, &[]);
+    let url = format!("{}{PODS_METRIC}", adapter.base);
+    let alice = pki.client(Some(&pki.alice));
+    let token = format!("Bearer {GOOD_TOKEN}");
+    let bearer = [("Authorization", token.as_str())];
+    let anonymous = pki.client(None);
+
+    node.api().set_available(false);
+    let (code, body) = status(&alice, &url, &[]);
+    assert_eq!(
+        (code, reason(&body).as_str()),
+        (500, "InternalError"),
+        "{body}"
+    );
+    let (code, body) = status(&anonymous, &url, &bearer);
+    assert_eq!(
+        (code, reason(&body).as_str()),
+        (401, "Unauthorized"),
+        "{body}"
+    );
+    // Health stays answerable: it needs no review.
+    assert_eq!(
+        status(&anonymous, &format!("{}/livez", adapter.base), &[]).0,
+        200
+    );
+
+    node.api().set_available(true);
+    wait_for("reviews after the outage", Duration::from_secs(30), || {
+        let alice_ok = status(&alice, &url, &[]).0 == 200;
+        let carol_ok = status(&anonymous, &url, &bearer).0 == 200;
+        (alice_ok && carol_ok).then_some(())
+    });
+}
