@@ -320,39 +320,8 @@ impl TokenBucket {
 /// runtime.
 pub fn watch(initial: &WebConfig, tls: Option<TlsConfigHandle>, guard: Arc<Guard>) {
     let path = initial.path.clone();
-    let mut watched = initial.files();
-    tokio::spawn(async move {
-        let mut last = snapshot(&watched);
-        let mut last_error = String::new();
-        let mut ticker = tokio::time::interval(RELOAD_INTERVAL);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        loop {
-            ticker.tick().await;
-            let now = snapshot(&watched);
-            if now == last {
-                continue;
-            }
-            match reload(&path, tls.as_ref(), &guard) {
-                Ok(files) => {
-                    tracing::info!(file = %path.display(), "web config reloaded: new connections and requests use it");
-                    watched = files;
-                    last = snapshot(&watched);
-                    last_error.clear();
-                }
-                Err((message, files)) => {
-                    if message != last_error {
-                        tracing::error!(error = %message, "web config changed but does not load: keeping the previous configuration");
-                        last_error = message;
-                    }
-                    // Watch what the new file names, so fixing those files is noticed.
-                    if let Some(files) = files {
-                        watched = files;
-                    }
-                    last = snapshot(&watched);
-                }
-            }
-        }
+    tls_serving::watch_files("web config", initial.files(), RELOAD_INTERVAL, move || {
+        reload(&path, tls.as_ref(), &guard)
     });
 }
 
@@ -400,10 +369,6 @@ pub fn warn_if_insecure(config: &WebConfig) {
     if config.tls.is_none() && !config.users.is_empty() {
         tracing::warn!(file = %config.path.display(), "basic authentication without TLS: passwords cross the network in clear text");
     }
-}
-
-fn snapshot(files: &[PathBuf]) -> Vec<Option<Vec<u8>>> {
-    files.iter().map(|path| std::fs::read(path).ok()).collect()
 }
 
 #[cfg(test)]

@@ -486,19 +486,7 @@ impl FakeApiServer {
     /// If the slice has no `metadata.name`: the API server would refuse it, so a test
     /// that builds one has a bug that should fail loudly.
     pub fn apply_endpoint_slice(&self, mut slice: EndpointSlice) {
-        let Some(name) = slice.metadata.name.clone() else {
-            panic!("an EndpointSlice needs metadata.name: {slice:?}");
-        };
-        let namespace = slice
-            .metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_string())
-            .clone();
-        slice
-            .metadata
-            .uid
-            .get_or_insert_with(|| format!("uid-endpointslice-{namespace}-{name}"));
-        slice.metadata.resource_version = None;
+        as_applied(&mut slice.metadata, "endpointslice");
         let slice = Object::EndpointSlice(slice);
         self.state.change(slice.key(), |_| Some(slice));
     }
@@ -529,18 +517,7 @@ impl FakeApiServer {
     ///
     /// If the ConfigMap has no `metadata.name` (a bug in the test that builds it).
     pub fn apply_config_map(&self, mut map: ConfigMap) {
-        let Some(name) = map.metadata.name.clone() else {
-            panic!("a ConfigMap needs metadata.name: {map:?}");
-        };
-        let namespace = map
-            .metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_string())
-            .clone();
-        map.metadata
-            .uid
-            .get_or_insert_with(|| format!("uid-configmap-{namespace}-{name}"));
-        map.metadata.resource_version = None;
+        as_applied(&mut map.metadata, "configmap");
         let map = Object::ConfigMap(map);
         self.state.change(map.key(), |_| Some(map));
     }
@@ -623,6 +600,27 @@ impl std::fmt::Debug for FakeApiServer {
 }
 
 /// A token nobody can guess by accident, so a test that forgets authentication fails.
+/// `metadata` as `kubectl apply` leaves it: namespace `default` when absent, a `uid`
+/// derived from the kind and name when absent (stable across updates, as a real
+/// object's is), and no `resourceVersion` (the server assigns it).
+///
+/// # Panics
+///
+/// Without `metadata.name`: the API server would refuse the object, so a test that
+/// builds one has a bug that should fail loudly.
+fn as_applied(meta: &mut ObjectMeta, kind: &str) {
+    let Some(name) = meta.name.clone() else {
+        panic!("a {kind} needs metadata.name: {meta:?}");
+    };
+    let namespace = meta
+        .namespace
+        .get_or_insert_with(|| "default".to_string())
+        .clone();
+    meta.uid
+        .get_or_insert_with(|| format!("uid-{kind}-{namespace}-{name}"));
+    meta.resource_version = None;
+}
+
 fn random_token() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());

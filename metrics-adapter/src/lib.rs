@@ -278,7 +278,7 @@ fn serving_tls(
         };
     let (config, files) = build().map_err(|e| Error::Config(e.to_string()))?;
     let handle = Arc::new(ArcSwap::from_pointee(config));
-    tls_serving::watch_files(handle.clone(), files, TLS_FILE_POLL, build);
+    tls_serving::watch_server_config(handle.clone(), files, TLS_FILE_POLL, build);
     Ok(handle)
 }
 

@@ -1,4 +1,4 @@
-//! Certificate rotation without a restart.
+//! Certificate (and other file) rotation without a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,21 +7,24 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 
-use crate::Error;
-
 /// The current server configuration; each new connection uses whatever it holds then.
 pub type TlsConfigHandle = Arc<ArcSwap<ServerConfig>>;
 
-/// Polls `files` (those the current configuration was built from) every `interval`
-/// and, when any file's bytes change, calls `build` again (it returns the configuration
-/// and the files it read, which are watched from then on). Content is compared, not
-/// modification times, because Secret and ConfigMap mounts change through a
-/// symlink swap that can keep the times, and two writes can share a second. A file that
-/// does not build (half written, wrong key) keeps the previous configuration and is
-/// logged once per distinct error. The task ends with the runtime.
-pub fn watch_files<F>(handle: TlsConfigHandle, files: Vec<PathBuf>, interval: Duration, build: F)
+/// Why a reload failed, and the files to watch from then on when the attempt got far
+/// enough to know them (a new config that names other files), else `None`: keep
+/// watching the old ones.
+pub type ReloadError = (String, Option<Vec<PathBuf>>);
+
+/// Polls `files` every `interval` and, when any file's bytes change, calls `reload`,
+/// which loads and applies the new configuration and returns the files it read
+/// (watched from then on). Content is compared, not modification times, because
+/// Secret and ConfigMap mounts change through a symlink swap that can keep the times,
+/// and two writes can share a second. A reload that fails (half-written file, wrong
+/// key) must leave the running configuration as it was; it is logged once per distinct
+/// error. `what` names the files in the logs. The task ends with the runtime.
+pub fn watch_files<F>(what: &'static str, files: Vec<PathBuf>, interval: Duration, mut reload: F)
 where
-    F: Fn() -> Result<(ServerConfig, Vec<PathBuf>), Error> + Send + 'static,
+    F: FnMut() -> Result<Vec<PathBuf>, ReloadError> + Send + 'static,
 {
     tokio::spawn(async move {
         let mut watched = files;
@@ -31,28 +34,44 @@ where
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let now = snapshot(&watched);
-            if now == last {
+            if snapshot(&watched) == last {
                 continue;
             }
-            match build() {
-                Ok((config, files)) => {
-                    handle.store(Arc::new(config));
-                    tracing::info!(files = ?files, "TLS files changed: new connections use the new configuration");
+            match reload() {
+                Ok(files) => {
+                    tracing::info!(what, files = ?files, "a watched file changed: reloaded, new connections and requests use it");
                     watched = files;
-                    last = snapshot(&watched);
                     last_error.clear();
                 }
-                Err(e) => {
-                    let message = e.to_string();
+                Err((message, files)) => {
                     if message != last_error {
-                        tracing::error!(error = %message, "TLS files changed but do not load: keeping the previous configuration");
+                        tracing::error!(what, error = %message, "a watched file changed but the configuration does not load: keeping the previous one");
                         last_error = message;
                     }
-                    last = now;
+                    if let Some(files) = files {
+                        watched = files;
+                    }
                 }
             }
+            last = snapshot(&watched);
         }
+    });
+}
+
+/// [`watch_files`] for a server configuration that `build` makes (with the files it
+/// read), stored into `handle`.
+pub fn watch_server_config<F>(
+    handle: TlsConfigHandle,
+    files: Vec<PathBuf>,
+    interval: Duration,
+    build: F,
+) where
+    F: Fn() -> Result<(ServerConfig, Vec<PathBuf>), crate::Error> + Send + 'static,
+{
+    watch_files("TLS certificate", files, interval, move || {
+        let (config, files) = build().map_err(|e| (e.to_string(), None))?;
+        handle.store(Arc::new(config));
+        Ok(files)
     });
 }
 

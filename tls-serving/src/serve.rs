@@ -78,11 +78,7 @@ pub async fn serve(
             match tls {
                 None => {
                     let service = with_extensions(router, PeerCertificates::default(), remote);
-                    let connection = builder.serve_connection_with_upgrades(
-                        TokioIo::new(stream),
-                        TowerToHyperService::new(service),
-                    );
-                    let _ = watcher.watch(connection.into_owned()).await;
+                    serve_connection(&builder, watcher, stream, service).await;
                 }
                 Some(config) => {
                     let Some(stream) = handshake(stream, config, remote).await else {
@@ -95,11 +91,7 @@ pub async fn serve(
                         .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
                         .unwrap_or_default();
                     let service = with_extensions(router, PeerCertificates(peer), remote);
-                    let connection = builder.serve_connection_with_upgrades(
-                        TokioIo::new(stream),
-                        TowerToHyperService::new(service),
-                    );
-                    let _ = watcher.watch(connection.into_owned()).await;
+                    serve_connection(&builder, watcher, stream, service).await;
                 }
             }
         });
@@ -112,6 +104,29 @@ pub async fn serve(
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
     Ok(())
+}
+
+/// One connection, HTTP/1.1 or h2, until it closes or the drain ends it.
+async fn serve_connection<I, S>(
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    io: I,
+    service: S,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<
+            axum::extract::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let connection =
+        builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
+    // A connection's error (a reset, a malformed request) ends only that connection.
+    let _ = watcher.watch(connection.into_owned()).await;
 }
 
 fn with_extensions(

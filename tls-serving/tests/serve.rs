@@ -179,7 +179,7 @@ async fn rewritten_certificate_files_are_served_to_new_connections() {
     };
     let (config, files) = build().expect("first build");
     let handle: TlsConfigHandle = Arc::new(ArcSwap::from_pointee(config));
-    tls_serving::watch_files(handle.clone(), files, Duration::from_millis(50), build);
+    tls_serving::watch_server_config(handle.clone(), files, Duration::from_millis(50), build);
     let (addr, _stop) = start(Some(handle)).await;
     let (_, served) = https_get(&addr, first.cert.der(), None)
         .await

@@ -151,12 +151,16 @@ impl Auth {
                 config.clone(),
             ));
         }
-        if !settings.sources.files().is_empty() {
-            tokio::spawn(watch_ca_files(
-                settings.sources.clone(),
-                latest_data,
-                config.clone(),
-            ));
+        let files = settings.sources.files();
+        if !files.is_empty() {
+            let (sources, config) = (settings.sources.clone(), config.clone());
+            tls_serving::watch_files("client CAs", files, CA_FILE_POLL, move || {
+                let built = sources
+                    .build(latest_data.load().as_ref().as_ref())
+                    .map_err(|e| (e, None))?;
+                config.store(Arc::new(built));
+                Ok(sources.files())
+            });
         }
         Ok(Arc::new(Auth {
             config,
@@ -338,40 +342,6 @@ async fn watch_config_map(
             }
             Err(e) => {
                 tracing::error!(error = %e, "the authentication ConfigMap does not load: keeping the last CAs")
-            }
-        }
-    }
-}
-
-/// Reloads CA files named by flags when their bytes change.
-async fn watch_ca_files(
-    sources: FlagSources,
-    latest_data: Arc<ArcSwap<Option<BTreeMap<String, String>>>>,
-    config: Arc<ArcSwap<AuthnConfig>>,
-) {
-    let read = || -> Vec<Option<Vec<u8>>> {
-        sources
-            .files()
-            .iter()
-            .map(|f| std::fs::read(f).ok())
-            .collect()
-    };
-    let mut last = read();
-    let mut ticker = tokio::time::interval(CA_FILE_POLL);
-    loop {
-        ticker.tick().await;
-        let now = read();
-        if now == last {
-            continue;
-        }
-        last = now;
-        match sources.build(latest_data.load().as_ref().as_ref()) {
-            Ok(built) => {
-                tracing::info!("CA files changed");
-                config.store(Arc::new(built));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "CA files changed but do not load: keeping the last CAs")
             }
         }
     }
