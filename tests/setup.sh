@@ -5,7 +5,7 @@
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
 #   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test,
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
-#     for the manifest tests (tests/tests/deploy.rs).
+#     for the manifest tests (tests/tests/e2e/deploy.rs).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail

@@ -2,7 +2,7 @@
 """Read every GPU and MIG instance through pynvml (PyPI package nvidia-ml-py) from
 whatever libnvidia-ml.so.1 the dynamic loader finds, and print one JSON document.
 
-Used by tests/tests/nvml_fidelity.rs as an independent NVML client: its numbers must
+Used by tests/tests/e2e/nvml_fidelity.rs as an independent NVML client: its numbers must
 equal the exporter's for the same (frozen) instant after unit conversion.
 
 Each reading is its value, `null` when NVML answers NOT_SUPPORTED, or

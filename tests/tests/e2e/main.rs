@@ -1,0 +1,20 @@
+//! The end-to-end suite, one test binary: every module below starts the real binaries
+//! (exporter, adapter, fake libnvidia-ml) against real Prometheus, promtool, kubectl and
+//! nvidia-ml-py. One binary, not one per file, because each links the whole workspace:
+//! fifteen links cost CI minutes and gigabytes of disk.
+
+mod adapter;
+mod adapter_auth;
+mod adapter_discovery;
+mod adapter_prometheus;
+mod attribution;
+mod dashboards;
+mod deploy;
+mod golden;
+mod nvml_backend;
+mod nvml_fidelity;
+mod prometheus;
+mod promtool;
+mod protobuf;
+mod readiness;
+mod web_config;
