@@ -518,6 +518,7 @@ fn main() {
         timeout: TIMEOUT,
         accept: exposition::ACCEPT,
         auth: Default::default(),
+        metrics: Default::default(),
     };
     let rss_before = status_bytes("self", "VmRSS");
     eprintln!(

@@ -136,6 +136,7 @@ async fn run_config(
         timeout: scrape.mul_f64(0.75),
         accept: exposition::ACCEPT,
         auth: Default::default(),
+        metrics: Default::default(),
     };
     let client = source::client(&opts).expect("scrape client");
     let scraper = tokio::spawn(source::run(opts, client, exposition::decode, fleet.clone()));

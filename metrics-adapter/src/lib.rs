@@ -22,6 +22,7 @@ pub mod pods;
 pub mod prometheus;
 pub mod query;
 pub mod source;
+pub mod telemetry;
 
 use arc_swap::ArcSwap;
 use config::Cli;
@@ -47,6 +48,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         let pods = Arc::new(ArcSwap::from_pointee(pods::PodIndex::default()));
         // Static from --exporter-url, else kept current by EndpointSlice discovery.
         let targets = Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone()));
+        let telemetry = Arc::new(telemetry::Telemetry::new(fleet.clone(), cli.staleness()));
         let discover = cli.exporter_urls.is_empty() && cli.prometheus_url.is_none();
         if let Some(url) = &cli.prometheus_url {
             tracing::info!(url = %url, "source: Prometheus-compatible API");
@@ -59,6 +61,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                     interval: cli.scrape_interval,
                     timeout: cli.scrape_timeout,
                     staleness: cli.staleness(),
+                    metrics: telemetry.source.clone(),
                 },
                 fleet.clone(),
             ));
@@ -78,6 +81,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                         .clone()
                         .zip(cli.exporter_basic_auth_password_file.clone()),
                 },
+                metrics: telemetry.source.clone(),
             };
             let client = source::client(&opts).map_err(|e| {
                 Error::Config(format!("the exporter scrape client: {e}"))
@@ -111,7 +115,10 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             staleness: cli.staleness(),
             window_seconds: cli.scrape_interval.as_secs().max(1),
         });
-        let mut api = http::router(state.clone());
+        // /metrics sits behind authentication and authorization like every other path
+        // (a SubjectAccessReview for the non-resource path, as Kubernetes API servers
+        // guard theirs); the request counter wraps both, so refusals are counted.
+        let mut api = http::router(state.clone()).merge(telemetry.router());
         let (api_tls, grpc_tls) = if cli.insecure_serve_http {
             (None, None)
         } else {
@@ -130,6 +137,10 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             };
             (Some(api_tls), grpc_tls)
         };
+        let api = api.layer(axum::middleware::from_fn_with_state(
+            telemetry.clone(),
+            telemetry::track_http,
+        ));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let stopping = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
@@ -145,7 +156,11 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         let grpc = tonic::service::Routes::new(
             keda::proto::external_scaler_server::ExternalScalerServer::new(scaler),
         )
-        .into_axum_router();
+        .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(
+            telemetry.clone(),
+            telemetry::track_grpc,
+        ));
         let grpc_served = tokio::spawn(tls_serving::serve(
             grpc_listener,
             grpc_tls,

@@ -50,6 +50,8 @@ pub struct PrometheusOptions {
     pub interval: Duration,
     pub timeout: Duration,
     pub staleness: Duration,
+    /// Where query rounds and their durations are counted.
+    pub metrics: crate::telemetry::SourceMetrics,
 }
 
 #[derive(Debug, Deserialize)]
@@ -269,7 +271,11 @@ pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match round(&client, &opts).await {
+        let round_started = Instant::now();
+        let result = round(&client, &opts).await;
+        opts.metrics.round_took(round_started.elapsed());
+        opts.metrics.scraped(result.is_ok());
+        match result {
             Ok(fleet) => {
                 if failing {
                     tracing::info!(url = %opts.url, "Prometheus answers again");

@@ -53,6 +53,8 @@ pub struct ScrapeOptions {
     pub accept: &'static str,
     /// TLS and basic auth for exporters that require them (`--web-config-file`).
     pub auth: ExporterAuth,
+    /// Where scrape results and round durations are counted.
+    pub metrics: crate::telemetry::SourceMetrics,
 }
 
 /// How the exporters want to be asked.
@@ -182,6 +184,7 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
             }
         };
         let authorization = authorization.as_ref();
+        let round_started = Instant::now();
         let results: Vec<(String, Result<Scraped, String>)> =
             futures_util::stream::iter(targets.iter().cloned())
                 .map(|url| {
@@ -197,8 +200,10 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
+        opts.metrics.round_took(round_started.elapsed());
         let mut answered = 0;
         for (url, result) in results {
+            opts.metrics.scraped(result.is_ok());
             match result {
                 Ok(scraped) => {
                     answered += 1;

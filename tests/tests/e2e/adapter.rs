@@ -3,7 +3,10 @@
 //! adapter over the protobuf exposition; answers checked against the scenario, through
 //! plain HTTP, through `kubectl get --raw`, and through the HPA's replica formula.
 
-use e2e_tests::{Adapter, Exporter, KubeNode, attributed_exporter, get, scratch_dir, wait_for};
+use e2e_tests::{
+    Adapter, Exporter, KubeNode, Prometheus, attributed_exporter, free_port, get, sample_value,
+    scratch_dir, wait_for,
+};
 use gpu_metrics_adapter::api::quantity::milli_value;
 use serde_json::Value;
 use std::process::Command;
@@ -377,6 +380,140 @@ fn the_keda_external_scaler_answers_all_four_rpcs() {
             .expect("open");
         assert!(back.result, "active again");
     });
+
+    // Every call above was counted by method and gRPC code (streams when they open).
+    let (status, text) = get(&format!("{}/metrics", a.base));
+    assert_eq!(status, 200, "{text}");
+    for (method, code, want) in [
+        ("GetMetricSpec", "OK", 1.0),
+        ("GetMetrics", "OK", 2.0),
+        ("IsActive", "OK", 1.0),
+        ("IsActive", "InvalidArgument", 1.0),
+        ("StreamIsActive", "OK", 1.0),
+    ] {
+        let sample = format!(
+            "gpu_metrics_adapter_grpc_requests_total{{method=\"{method}\",grpc_code=\"{code}\"}}"
+        );
+        assert_eq!(sample_value(&text, &sample), Some(want), "{sample}\n{text}");
+    }
+}
+
+/// The adapter's own `/metrics`: what it served, by API and status, and the source's
+/// health (one live exporter and one that never answers), read by a real Prometheus.
+#[test]
+fn the_adapter_reports_its_traffic_and_source_health_to_prometheus() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = exporter(&node);
+    let dead = format!("http://127.0.0.1:{}/metrics", free_port());
+    let a = adapter(&e, &node, &["--exporter-url", &dead]);
+    let pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization";
+    a.ok(pods);
+    let metrics = || {
+        let (status, text) = get(&format!("{}/metrics", a.base));
+        assert_eq!(status, 200, "{text}");
+        text
+    };
+    let value = |text: &str, sample: &str| sample_value(text, sample).unwrap_or(0.0);
+    let custom_ok = "gpu_metrics_adapter_http_requests_total{api=\"custom\",code=\"200\"}";
+    let external_missing = "gpu_metrics_adapter_http_requests_total{api=\"external\",code=\"404\"}";
+    let before = metrics();
+    for _ in 0..3 {
+        assert_eq!(a.get(pods).0, 200);
+    }
+    for _ in 0..2 {
+        let (status, body) =
+            a.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/nobody/gpu_utilization");
+        assert_eq!(status, 404, "{body}");
+    }
+    let after = metrics();
+    assert_eq!(
+        value(&after, custom_ok) - value(&before, custom_ok),
+        3.0,
+        "{after}"
+    );
+    assert_eq!(
+        value(&after, external_missing) - value(&before, external_missing),
+        2.0,
+        "{after}"
+    );
+    assert!(
+        value(
+            &after,
+            "gpu_metrics_adapter_http_request_duration_seconds_count{api=\"custom\"}"
+        ) >= 3.0,
+        "{after}"
+    );
+
+    // The source: two targets, one answering; the dead one counted as failures.
+    let text = wait_for(
+        "a failed and a good scrape",
+        Duration::from_secs(30),
+        || {
+            let text = metrics();
+            let failed = value(
+                &text,
+                "gpu_metrics_adapter_source_scrapes_total{result=\"failure\"}",
+            );
+            let good = value(
+                &text,
+                "gpu_metrics_adapter_source_scrapes_total{result=\"success\"}",
+            );
+            (failed >= 1.0 && good >= 1.0).then_some(text)
+        },
+    );
+    assert_eq!(
+        sample_value(&text, "gpu_metrics_adapter_source_up"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample_value(&text, "gpu_metrics_adapter_source_targets"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample_value(&text, "gpu_metrics_adapter_source_targets_answering"),
+        Some(1.0)
+    );
+    // Every pod the scenario gives GPU values, fresh: the custom API lists them per
+    // namespace.
+    let listed: usize = ["ml", "serve", "inference"]
+        .iter()
+        .map(|ns| {
+            items(&a.ok(&format!(
+                "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/gpu_utilization"
+            )))
+            .len()
+        })
+        .sum();
+    assert_eq!(
+        sample_value(&text, "gpu_metrics_adapter_pods_fresh"),
+        Some(listed as f64),
+        "{text}"
+    );
+
+    // A real Prometheus parses the OpenMetrics text and stores it.
+    let target = a.base.trim_start_matches("http://");
+    let prometheus = Prometheus::start(&[("adapter", target, "")]);
+    let answered = wait_for(
+        "the adapter's metrics in Prometheus",
+        Duration::from_secs(30),
+        || {
+            let r =
+                prometheus.query("gpu_metrics_adapter_source_targets_answering{job=\"adapter\"}");
+            r.first()
+                .map(|s| s["value"][1].as_str().unwrap_or("").to_string())
+        },
+    );
+    assert_eq!(answered, "1");
+    let up = prometheus.query("up{job=\"adapter\"}");
+    assert_eq!(up[0]["value"][1], "1", "{up:?}");
+    let served = prometheus.query(
+        "gpu_metrics_adapter_http_requests_total{job=\"adapter\",api=\"custom\",code=\"200\"}",
+    );
+    let served: f64 = served[0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a count");
+    assert!(served >= 3.0, "{served}");
 }
 
 /// Two replicas of the adapter over the same exporter answer the same values: the

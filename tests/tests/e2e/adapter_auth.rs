@@ -452,6 +452,37 @@ fn the_auth_matrix_matches_a_delegated_kubernetes_api_server() {
         "a cached denial must not cost a review"
     );
 
+    // The adapter's own /metrics is guarded like any non-resource path: mallory is
+    // refused after a review of `get /metrics`; carol reads it, and it counted the
+    // refusals above by their final status.
+    let (code, body) = status(&mallory, &url("/metrics"), &[]);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(r#"cannot get path \"/metrics\""#), "{body}");
+    let metrics_review = api.access_reviews().pop().expect("a /metrics review");
+    assert_eq!(
+        metrics_review
+            .non_resource_attributes
+            .and_then(|n| n.path.zip(n.verb)),
+        Some(("/metrics".into(), "get".into()))
+    );
+    let (code, text) = status(
+        &anonymous,
+        &url("/metrics"),
+        &[("Authorization", &format!("Bearer {GOOD_TOKEN}"))],
+    );
+    assert_eq!(code, 200, "{text}");
+    let counted = |api: &str, code: u16| {
+        e2e_tests::sample_value(
+            &text,
+            &format!("gpu_metrics_adapter_http_requests_total{{api=\"{api}\",code=\"{code}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(counted("custom", 401) >= 2.0, "{text}");
+    assert!(counted("external", 403) >= 2.0, "{text}");
+    assert!(counted("external", 200) >= 1.0, "{text}");
+    assert!(counted("metrics", 403) >= 1.0, "{text}");
+
     // The front-proxy CA rotates through the ConfigMap: the old proxy certificate stops
     // working and one from the new CA starts, without a restart.
     let new_front_proxy_ca = Ca::new("front-proxy-ca-2");

@@ -400,6 +400,12 @@ fn the_validator_rejects_typos_and_unknown_kinds() {
         ),
         (
             &default,
+            "serverName",
+            "servername",
+            "ServiceMonitor/gpu-metrics-adapter",
+        ),
+        (
+            &default,
             "dnsNames",
             "dnsName",
             "Certificate/gpu-metrics-adapter-tls",
@@ -729,6 +735,75 @@ fn the_service_monitor_scrapes_every_exporter_with_honor_labels() {
 
 // ---------------------------------------------------------------------------------
 // The adapter.
+
+/// The adapter's ServiceMonitor reaches its secure port, verifies the serving
+/// certificate (the CA from the Secret the adapter serves, the Service's DNS name) and
+/// sends a service-account token the adapter can review; the ClusterRole it documents
+/// grants exactly `get` on `/metrics`.
+#[test]
+fn the_adapter_service_monitor_verifies_the_adapter_and_authenticates() {
+    for overlay in OVERLAYS {
+        let objs = build(&format!("overlays/{overlay}"));
+        let sm = find(&objs, "ServiceMonitor", "gpu-metrics-adapter");
+        let svc = find(&objs, "Service", "gpu-metrics-adapter");
+        let adapter = adapter_deploy(&objs);
+        assert!(
+            selects(
+                &sm["spec"]["selector"],
+                &string_map(&svc["metadata"]["labels"])
+            ),
+            "{overlay}: the ServiceMonitor does not select the adapter Service"
+        );
+        assert!(
+            arr(sm, "/spec/namespaceSelector/matchNames").contains(&Value::from(namespace(svc))),
+            "{overlay}: not in the Service's namespace"
+        );
+        let endpoints = arr(sm, "/spec/endpoints");
+        assert_eq!(endpoints.len(), 1, "{overlay}");
+        let e = &endpoints[0];
+        let svc_port = arr(svc, "/spec/ports")
+            .iter()
+            .find(|p| p["name"] == e["port"])
+            .unwrap_or_else(|| panic!("{overlay}: the Service has no port {}", e["port"]));
+        let secure: i64 = flag(&args(container(adapter, "adapter")), "--secure-port")
+            .unwrap_or("6443")
+            .parse()
+            .expect("--secure-port number");
+        assert_eq!(
+            resolve_port(adapter, &svc_port["targetPort"]),
+            Some(secure),
+            "{overlay}: the scrape does not reach --secure-port"
+        );
+        assert_eq!(e["scheme"], "https", "{overlay}");
+        assert_eq!(e["path"], "/metrics", "{overlay}");
+        assert_eq!(
+            e["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "{overlay}: the adapter authorizes /metrics by the scraper's token"
+        );
+        assert_ne!(e["tlsConfig"]["insecureSkipVerify"], true, "{overlay}");
+        assert_eq!(
+            str_at(e, "/tlsConfig/serverName"),
+            format!("{}.{}.svc", name(svc), namespace(svc)),
+            "{overlay}"
+        );
+        let serving_secret = arr(pod_spec(adapter), "/volumes")
+            .iter()
+            .find_map(|v| v["secret"]["secretName"].as_str())
+            .expect("the adapter mounts a serving Secret");
+        assert_eq!(
+            str_at(e, "/tlsConfig/ca/secret/name"),
+            serving_secret,
+            "{overlay}: the CA must come from the Secret the adapter serves from"
+        );
+        assert_eq!(str_at(e, "/tlsConfig/ca/secret/key"), "ca.crt");
+        let reader = find(&objs, "ClusterRole", "gpu-metrics-adapter-metrics-reader");
+        assert_eq!(
+            reader["rules"],
+            serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+            "{overlay}"
+        );
+    }
+}
 
 #[test]
 fn apiservices_point_at_the_adapter_and_trust_its_certificate() {
