@@ -10,6 +10,9 @@
 //!   every label set rebuilt);
 //! - `cold_cgroups`: as `steady`, but every process's cgroup file read afresh (a cycle
 //!   right after every process restarted).
+//! - `steady_process_metrics`: as `steady` with `--process-metrics`, where processes
+//!   on shared GPUs also carry their pod, against `baseline_process_metrics` (process
+//!   series, no attribution).
 //!
 //! `cargo bench -p gpu-exporter --bench attribution`
 
@@ -132,7 +135,7 @@ fn fixture() -> Fixture {
     }
 }
 
-fn sampler(f: &Fixture, attribution: bool) -> Sampler {
+fn sampler(f: &Fixture, attribution: bool, process_metrics: bool) -> Sampler {
     let (plan, _) = counters::plan(counters::DEFAULT_COUNTERS, "default").expect("default plan");
     let source = SimulatedSource::new(f.node.clone(), "builtin:big-node");
     let s = Sampler::new(
@@ -142,7 +145,7 @@ fn sampler(f: &Fixture, attribution: bool) -> Sampler {
             interval: Duration::from_secs(1),
             hostname: Some(("Hostname".into(), "gpu-node-17.example.internal".into())),
             replace_blanks_in_model_name: false,
-            process_metrics: false,
+            process_metrics,
         },
         Arc::from("version=\"bench\",source=\"simulated\""),
     );
@@ -162,12 +165,12 @@ fn bench(c: &mut Criterion) {
     let f = fixture();
     let mut g = c.benchmark_group("attribution_cycle");
 
-    let mut plain = sampler(&f, false);
+    let mut plain = sampler(&f, false, false);
     g.bench_function("baseline_no_attribution", |b| {
         b.iter(|| black_box(plain.cycle()))
     });
 
-    let mut steady = sampler(&f, true);
+    let mut steady = sampler(&f, true, false);
     let snap = steady.cycle();
     let shares: usize = snap.entities.iter().map(|e| e.shares.len()).sum();
     let labelled = snap
@@ -191,7 +194,7 @@ fn bench(c: &mut Criterion) {
         per_cycle.iter().sum::<f64>() / per_cycle.len() as f64 * 1e6
     );
 
-    let mut changed = sampler(&f, true);
+    let mut changed = sampler(&f, true, false);
     g.bench_function("changed", |b| {
         b.iter(|| {
             let mut v = KubeletView::clone(&f.kubelet.load());
@@ -208,7 +211,7 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    let mut cold = sampler(&f, true);
+    let mut cold = sampler(&f, true, false);
     g.bench_function("cold_cgroups", |b| {
         b.iter(|| {
             if let Some(a) = cold.attributor_mut() {
@@ -216,6 +219,27 @@ fn bench(c: &mut Criterion) {
             }
             black_box(cold.cycle())
         })
+    });
+
+    // With --process-metrics: the processes on time-sliced GPUs get their pods (those on
+    // MIG instances held whole do not need them: the device's labels name the pod),
+    // against the same cycle with process series but no attribution.
+    let mut plain_processes = sampler(&f, false, true);
+    g.bench_function("baseline_process_metrics", |b| {
+        b.iter(|| black_box(plain_processes.cycle()))
+    });
+    let mut steady_processes = sampler(&f, true, true);
+    let snap = steady_processes.cycle();
+    let with_pod = snap
+        .entities
+        .iter()
+        .flat_map(|e| &e.processes)
+        .filter(|p| p.pod.is_some())
+        .count();
+    println!("process series with their pod: {with_pod}");
+    assert!(with_pod > 0, "processes on shared GPUs name their pods");
+    g.bench_function("steady_process_metrics", |b| {
+        b.iter(|| black_box(steady_processes.cycle()))
     });
     g.finish();
 }

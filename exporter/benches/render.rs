@@ -91,7 +91,7 @@ fn naive_render(snap: &Snapshot, out: &mut Vec<u8>) {
         "gpu_exporter_process_sm_utilization_percent",
     ] {
         for e in &snap.entities {
-            for p in &e.processes {
+            for p in e.processes.iter().map(|p| &p.sample) {
                 let v = if family.ends_with("bytes") {
                     p.used_memory_bytes
                 } else {

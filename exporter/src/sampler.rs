@@ -10,10 +10,11 @@
 
 use crate::attribution::Attributor;
 use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
+use crate::attribution::pods::PodDirectory;
 use crate::catalog::{Convert, Quantity, Scope};
 use crate::counters::{ExportPlan, MetricKind};
-use crate::snapshot::PodShare;
 use crate::snapshot::{EntitySnapshot, Snapshot, Value, XidStat};
+use crate::snapshot::{PodRef, PodShare, ProcessSnapshot};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
@@ -241,6 +242,8 @@ pub struct Sampler {
     discoveries: u64,
     /// Metrics split per pod on shared devices: (metric index, how).
     splits: Vec<(usize, Split)>,
+    /// The pods of processes' series, shared across cycles.
+    process_pods: PodRefs,
 }
 
 impl Sampler {
@@ -298,6 +301,7 @@ impl Sampler {
             attribution_time: Duration::ZERO,
             discoveries: 0,
             splits,
+            process_pods: PodRefs::default(),
         }
     }
 
@@ -610,7 +614,23 @@ impl Sampler {
                 _ => Vec::new(),
             };
             let processes = if self.opts.process_metrics {
-                std::mem::take(&mut d.processes[e])
+                let samples = std::mem::take(&mut d.processes[e]);
+                let held_whole = matches!(
+                    d.holdings.as_deref().and_then(|h| h.per_entity.get(e)),
+                    Some(Holding::Exclusive(_))
+                );
+                match &mut self.attributor {
+                    Some(a) if !held_whole => {
+                        let t = Instant::now();
+                        let processes = with_pods(a, &mut self.process_pods, samples);
+                        self.attribution_time += t.elapsed();
+                        processes
+                    }
+                    _ => samples
+                        .into_iter()
+                        .map(|sample| ProcessSnapshot { sample, pod: None })
+                        .collect(),
+                }
             } else {
                 Vec::new()
             };
@@ -630,6 +650,53 @@ impl Sampler {
         }
         snap
     }
+}
+
+/// Pod UID → the pod's [`PodRef`], for one generation of the pod directory: a process's
+/// series share their label strings across cycles instead of copying them every cycle.
+#[derive(Default)]
+struct PodRefs {
+    generation: u64,
+    by_uid: HashMap<String, Option<PodRef>>,
+}
+
+impl PodRefs {
+    fn get(&mut self, pods: &PodDirectory, uid: &str) -> Option<PodRef> {
+        if pods.generation != self.generation {
+            self.by_uid.clear();
+            self.generation = pods.generation;
+        }
+        if let Some(known) = self.by_uid.get(uid) {
+            return known.clone();
+        }
+        let found = pods.by_uid.get(uid).map(|(namespace, pod)| PodRef {
+            namespace: namespace.as_str().into(),
+            pod: pod.as_str().into(),
+        });
+        self.by_uid.insert(uid.to_string(), found.clone());
+        found
+    }
+}
+
+/// Each process with the pod its cgroup names, when the pod watch knows that pod.
+fn with_pods(
+    a: &mut Attributor,
+    refs: &mut PodRefs,
+    samples: Vec<ProcessSample>,
+) -> Vec<ProcessSnapshot> {
+    let pods = a.pods();
+    samples
+        .into_iter()
+        .map(|sample| {
+            let pod = if pods.synced {
+                a.pod_of(sample.pid)
+                    .and_then(|pc| refs.get(&pods, &pc.pod_uid))
+            } else {
+                None
+            };
+            ProcessSnapshot { sample, pod }
+        })
+        .collect()
 }
 
 /// Split the split metrics of one shared entity between the pods holding it, from the

@@ -38,10 +38,27 @@ pub struct EntitySnapshot {
     pub last_xid: Option<u64>,
     /// Per XID code.
     pub xids: BTreeMap<u64, XidStat>,
-    pub processes: Vec<ProcessSample>,
+    pub processes: Vec<ProcessSnapshot>,
     /// Per-pod shares of a shared device: for the split metrics, these series come
     /// first and the entity's own series carries what no pod's processes used.
     pub shares: Vec<PodShare>,
+}
+
+/// A process on a GPU or MIG instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessSnapshot {
+    pub sample: ProcessSample,
+    /// The pod the process runs in, where its cgroup names a pod the watch knows and
+    /// the device's own labels do not already name one (devices held whole do): shared
+    /// devices, and devices no pod was allocated (a pod using a GPU it never requested).
+    pub pod: Option<PodRef>,
+}
+
+/// A pod by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    pub namespace: Arc<str>,
+    pub pod: Arc<str>,
 }
 
 /// One pod's part of a shared GPU or MIG instance.

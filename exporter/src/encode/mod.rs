@@ -489,12 +489,23 @@ fn process_family<'a, S: Sink<'a>>(
     let mut pid = itoa::Buffer::new();
     for e in &snap.entities {
         for p in &e.processes {
-            if let Some(x) = value(p) {
-                sink.sample(
+            let Some(x) = value(&p.sample) else {
+                continue;
+            };
+            let pid = pid.format(p.sample.pid);
+            let name = ("process_name", p.sample.name.as_str());
+            match &p.pod {
+                Some(pod) => sink.sample(
                     &e.labels,
-                    &[("pid", pid.format(p.pid)), ("process_name", &p.name)],
+                    &[
+                        ("pid", pid),
+                        name,
+                        ("namespace", &pod.namespace),
+                        ("pod", &pod.pod),
+                    ],
                     Sample::Uint(x),
-                );
+                ),
+                None => sink.sample(&e.labels, &[("pid", pid), name], Sample::Uint(x)),
             }
         }
     }

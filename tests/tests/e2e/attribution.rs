@@ -12,8 +12,13 @@ const T: f64 = 60.0;
 
 /// The exporter against `node`, with simulated GPUs or, with `nvml`, the fake library.
 fn exporter(node: &KubeNode, nvml: bool, extra: &[&str]) -> Exporter {
-    let scenario = fixture("pods-node.toml");
-    let simulate = format!("--simulate={SCENARIO}");
+    exporter_on("pods-node.toml", node, nvml, extra)
+}
+
+/// [`exporter`] on another scenario of `tests/fixtures`.
+fn exporter_on(scenario_file: &str, node: &KubeNode, nvml: bool, extra: &[&str]) -> Exporter {
+    let scenario = fixture(scenario_file);
+    let simulate = format!("--simulate=tests/fixtures/{scenario_file}");
     let lib = fake_nvml();
     let mut args: Vec<&str> = vec!["-c", "200", "-k", "--kubernetes-refresh-interval", "200ms"];
     let socket = node.socket().display().to_string();
@@ -506,5 +511,81 @@ fn a_pod_resources_answer_over_4_mib_is_read() {
 mod e {
     pub fn get_status(e: &e2e_tests::Exporter, path: &str) -> u16 {
         e2e_tests::get(&e.url(path)).0
+    }
+}
+
+/// Per-process series name the pod each process runs in where the device's own labels
+/// do not: on a shared GPU, and on a GPU no pod requested (a pod using a GPU it never
+/// asked for). On a GPU held whole the device labels already name the pod, once.
+/// Processes outside any pod get no pod labels. Both GPU paths.
+#[test]
+fn process_series_name_the_pod_each_process_runs_in() {
+    const FILE: &str = "process-pods-node.toml";
+    const MIB: f64 = 1024.0 * 1024.0;
+    const FAMILY: &str = "gpu_exporter_process_memory_used_bytes";
+    for nvml in [false, true] {
+        let node = KubeNode::start(&format!("tests/fixtures/{FILE}"), "node-a");
+        let e = exporter_on(FILE, &node, nvml, &["--process-metrics"]);
+        let body = scrape_when(&e, "the sneaky pod's process labelled", |b| {
+            !e2e_tests::series_values(b, FAMILY, &[("pid", "6201"), ("pod", "sneaky")]).is_empty()
+        });
+        let path = if nvml { "fake NVML" } else { "simulated" };
+        let one = |labels: &[(&str, &str)]| {
+            let values = e2e_tests::series_values(&body, FAMILY, labels);
+            assert_eq!(values.len(), 1, "{path}: {labels:?} in\n{body}");
+            values[0]
+        };
+        // GPU 2, requested by no pod: the process names its pod; the device does not.
+        assert_eq!(
+            one(&[("pid", "6201"), ("namespace", "default"), ("pod", "sneaky")]),
+            4096.0 * MIB
+        );
+        assert!(
+            label_sets(&body, "DCGM_FI_DEV_GPU_UTIL")
+                .iter()
+                .filter(|l| l.contains("gpu=\"2\""))
+                .all(|l| !l.contains("pod=")),
+            "{path}: an unallocated GPU's own series must not name a pod"
+        );
+        // GPU 1, shared: each pod's process names its pod; the system process none.
+        assert_eq!(
+            one(&[
+                ("pid", "6101"),
+                ("namespace", "inference"),
+                ("pod", "share-a")
+            ]),
+            20480.0 * MIB
+        );
+        assert_eq!(
+            one(&[
+                ("pid", "6102"),
+                ("namespace", "inference"),
+                ("pod", "share-b")
+            ]),
+            8192.0 * MIB
+        );
+        assert_eq!(one(&[("pid", "6103")]), 512.0 * MIB);
+        // GPU 0, held whole: the pod comes from the device's labels, never twice.
+        assert_eq!(
+            one(&[("pid", "6001"), ("namespace", "ml"), ("pod", "train-0")]),
+            40960.0 * MIB
+        );
+        for labels in label_sets(&body, FAMILY) {
+            let pods = labels.matches("pod=\"").count();
+            let want = usize::from(!labels.contains("pid=\"6103\""));
+            assert_eq!(pods, want, "{path}: {labels}");
+            assert_eq!(
+                labels.matches("namespace=\"").count(),
+                want,
+                "{path}: {labels}"
+            );
+        }
+        // It parses (exit 3 is only dcgm's names tripping promtool's lint; a duplicate
+        // label name would be a parse error).
+        let (code, findings) = e2e_tests::promtool_check_metrics(&body);
+        assert!(
+            code == 0 || code == 3,
+            "{path}: promtool check metrics (exit {code}): {findings}"
+        );
     }
 }
