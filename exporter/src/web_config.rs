@@ -431,6 +431,8 @@ impl WebConfig {
             .map_err(|e| fail(format!("tls_server_config: {}", tls_error(&e.to_string()))))?;
         config.ignore_client_order = tls.prefer_server_cipher_suites;
         if !self.http2 {
+            // tls_serving serves a configuration without h2 in its ALPN list as
+            // HTTP/1.1 only, prior-knowledge h2 included.
             config.alpn_protocols = vec![b"http/1.1".to_vec()];
         }
         Ok(Some(config))

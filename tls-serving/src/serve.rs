@@ -39,7 +39,8 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// Serves `router` on `listener` until `shutdown` completes, over TLS when `tls` is
 /// given (each connection takes the configuration current at its accept), else plain.
 /// HTTP/1.1 and HTTP/2 (by ALPN, or by prior knowledge on plain connections, which gRPC
-/// clients use) are both served. Errors of one connection end only that connection.
+/// clients use) are both served; a TLS configuration whose ALPN list lacks `h2` gets
+/// HTTP/1.1 only. Errors of one connection end only that connection.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsConfigHandle>,
@@ -53,6 +54,10 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     builder.http2().timer(TokioTimer::new());
+    // For TLS configurations that do not offer h2 by ALPN (exporter-toolkit's
+    // `http2: false`): HTTP/1.1 only, so h2 by prior knowledge is refused too, as Go's
+    // server refuses it without h2 in its TLSNextProto.
+    let http1_only = Arc::new(builder.clone().http1_only());
     let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     loop {
@@ -72,7 +77,12 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let tls = tls.as_ref().map(|handle| handle.load_full());
         let router = router.clone();
-        let builder = builder.clone();
+        let builder = match &tls {
+            Some(config) if !config.alpn_protocols.iter().any(|p| p == b"h2") => {
+                Protocols::Http1Only(http1_only.clone())
+            }
+            _ => Protocols::Auto(builder.clone()),
+        };
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             match tls {
@@ -106,9 +116,17 @@ pub async fn serve(
     Ok(())
 }
 
+/// Which HTTP versions a connection may speak.
+enum Protocols {
+    /// HTTP/1.1 or h2, whichever the client starts (with upgrades).
+    Auto(Arc<auto::Builder<TokioExecutor>>),
+    /// A builder made with `http1_only()`.
+    Http1Only(Arc<auto::Builder<TokioExecutor>>),
+}
+
 /// One connection, HTTP/1.1 or h2, until it closes or the drain ends it.
 async fn serve_connection<I, S>(
-    builder: &auto::Builder<TokioExecutor>,
+    protocols: &Protocols,
     watcher: hyper_util::server::graceful::Watcher,
     io: I,
     service: S,
@@ -123,10 +141,21 @@ async fn serve_connection<I, S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let connection =
-        builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(service));
+    let io = TokioIo::new(io);
+    let service = TowerToHyperService::new(service);
     // A connection's error (a reset, a malformed request) ends only that connection.
-    let _ = watcher.watch(connection.into_owned()).await;
+    match protocols {
+        Protocols::Auto(builder) => {
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            let _ = watcher.watch(connection.into_owned()).await;
+        }
+        // `serve_connection`, because `serve_connection_with_upgrades` sniffs the
+        // version itself and ignores `http1_only` (hyper-util 0.1.21).
+        Protocols::Http1Only(builder) => {
+            let connection = builder.serve_connection(io, service);
+            let _ = watcher.watch(connection.into_owned()).await;
+        }
+    }
 }
 
 fn with_extensions(

@@ -204,3 +204,66 @@ async fn rewritten_certificate_files_are_served_to_new_connections() {
         "the new certificate is served"
     );
 }
+
+/// What the server sends back to HTTP/2 by prior knowledge (the client preface and an
+/// empty SETTINGS frame over TLS, no ALPN): at most 64 bytes, until it stops sending.
+async fn h2_prior_knowledge(addr: &str, trust: &CertificateDer<'static>) -> Vec<u8> {
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots(trust))
+    .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = ServerName::try_from("localhost").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .expect("write");
+    let mut answer = vec![0u8; 64];
+    let mut got = 0;
+    while got < 9 {
+        match tokio::time::timeout(Duration::from_secs(5), tls.read(&mut answer[got..])).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => got += n,
+        }
+    }
+    answer.truncate(got);
+    answer
+}
+
+/// A TLS configuration without `h2` in its ALPN list (exporter-toolkit's `http2: false`)
+/// serves HTTP/1.1 only: HTTP/2 by prior knowledge gets no HTTP/2 answer, where the
+/// default configuration answers it with the server's SETTINGS frame.
+#[tokio::test]
+async fn without_h2_in_alpn_http2_by_prior_knowledge_is_refused() {
+    tls_serving::install_crypto_provider();
+    let server = pair(&["localhost"]);
+    let with_h2 = handle(&server, ClientAuth::None);
+    let (addr, _stop) = start(Some(with_h2)).await;
+    let answer = h2_prior_knowledge(&addr, &server.0[0]).await;
+    assert!(
+        answer.len() >= 9 && answer[3] == 0x04,
+        "h2 offered: a SETTINGS frame first, got {answer:?}"
+    );
+
+    let mut config = rustls::ServerConfig::clone(&handle(&server, ClientAuth::None).load());
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let (addr, _stop) = start(Some(Arc::new(ArcSwap::from_pointee(config)))).await;
+    let answer = h2_prior_knowledge(&addr, &server.0[0]).await;
+    // hyper's HTTP/1 parser rejects the preface's `HTTP/2.0` and closes the connection.
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 "),
+        "h2 not offered: refused, got {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // HTTP/1.1 itself still works on that configuration.
+    let (ok, _) = https_get(&addr, &server.0[0], None)
+        .await
+        .expect("HTTP/1.1");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+}
