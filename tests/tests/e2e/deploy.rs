@@ -702,23 +702,30 @@ fn the_binaries_accept_the_manifests_flags() {
     }
 }
 
+/// The ServiceMonitor `name` and the Service of the same name, after checking that the
+/// monitor selects that Service in its namespace.
+fn monitor_and_service<'a>(objs: &'a [Value], overlay: &str, name: &str) -> (&'a Value, &'a Value) {
+    let sm = find(objs, "ServiceMonitor", name);
+    let svc = find(objs, "Service", name);
+    assert!(
+        selects(
+            &sm["spec"]["selector"],
+            &string_map(&svc["metadata"]["labels"])
+        ),
+        "{overlay}: ServiceMonitor {name} does not select its Service"
+    );
+    assert!(
+        arr(sm, "/spec/namespaceSelector/matchNames").contains(&Value::from(namespace(svc))),
+        "{overlay}: ServiceMonitor {name} is not in its Service's namespace"
+    );
+    (sm, svc)
+}
+
 #[test]
 fn the_service_monitor_scrapes_every_exporter_with_honor_labels() {
     for overlay in OVERLAYS {
         let objs = build(&format!("overlays/{overlay}"));
-        let sm = find(&objs, "ServiceMonitor", "gpu-exporter");
-        let svc = find(&objs, "Service", "gpu-exporter");
-        assert!(
-            selects(
-                &sm["spec"]["selector"],
-                &string_map(&svc["metadata"]["labels"])
-            ),
-            "{overlay}: the ServiceMonitor does not select the exporter Service"
-        );
-        assert!(
-            arr(sm, "/spec/namespaceSelector/matchNames").contains(&Value::from(namespace(svc))),
-            "{overlay}: not in the Service's namespace"
-        );
+        let (sm, svc) = monitor_and_service(&objs, overlay, "gpu-exporter");
         let endpoints = arr(sm, "/spec/endpoints");
         assert!(!endpoints.is_empty());
         let port_names: Vec<&Value> = arr(svc, "/spec/ports").iter().map(|p| &p["name"]).collect();
@@ -744,20 +751,8 @@ fn the_service_monitor_scrapes_every_exporter_with_honor_labels() {
 fn the_adapter_service_monitor_verifies_the_adapter_and_authenticates() {
     for overlay in OVERLAYS {
         let objs = build(&format!("overlays/{overlay}"));
-        let sm = find(&objs, "ServiceMonitor", "gpu-metrics-adapter");
-        let svc = find(&objs, "Service", "gpu-metrics-adapter");
+        let (sm, svc) = monitor_and_service(&objs, overlay, "gpu-metrics-adapter");
         let adapter = adapter_deploy(&objs);
-        assert!(
-            selects(
-                &sm["spec"]["selector"],
-                &string_map(&svc["metadata"]["labels"])
-            ),
-            "{overlay}: the ServiceMonitor does not select the adapter Service"
-        );
-        assert!(
-            arr(sm, "/spec/namespaceSelector/matchNames").contains(&Value::from(namespace(svc))),
-            "{overlay}: not in the Service's namespace"
-        );
         let endpoints = arr(sm, "/spec/endpoints");
         assert_eq!(endpoints.len(), 1, "{overlay}");
         let e = &endpoints[0];
