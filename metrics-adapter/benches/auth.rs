@@ -129,6 +129,7 @@ fn bench(c: &mut Criterion) {
                 authorized_ttl: Duration::from_secs(3600),
                 unauthorized_ttl: Duration::from_secs(3600),
                 always_allow_paths: vec!["/healthz".into()],
+                metrics: Default::default(),
             },
             client.clone(),
             client,

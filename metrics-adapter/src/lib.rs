@@ -122,7 +122,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         let (api_tls, grpc_tls) = if cli.insecure_serve_http {
             (None, None)
         } else {
-            let auth = start_auth(&cli).await?;
+            let auth = start_auth(&cli, telemetry.auth.clone()).await?;
             api = api.layer(axum::middleware::from_fn_with_state(auth, auth::middleware));
             let api_tls = serving_tls(&cli, tls_serving::ClientAuth::Request, None)?;
             let grpc_tls = if cli.grpc_insecure {
@@ -189,7 +189,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
 }
 
 /// Delegated authentication and authorization, with the API clients their flags name.
-async fn start_auth(cli: &Cli) -> Result<Arc<auth::Auth>, Error> {
+async fn start_auth(cli: &Cli, metrics: telemetry::AuthMetrics) -> Result<Arc<auth::Auth>, Error> {
     let client_for = |purpose: &'static str, path: Option<std::path::PathBuf>| async move {
         kube_client(path.as_deref()).await.map_err(|e| {
             Error::Config(format!(
@@ -230,6 +230,7 @@ async fn start_auth(cli: &Cli) -> Result<Arc<auth::Auth>, Error> {
         authorized_ttl: cli.authorization_webhook_cache_authorized_ttl,
         unauthorized_ttl: cli.authorization_webhook_cache_unauthorized_ttl,
         always_allow_paths: cli.authorization_always_allow_paths.clone(),
+        metrics,
     };
     auth::Auth::start(settings, authn, authz)
         .await

@@ -89,6 +89,75 @@ impl SourceMetrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewLabels {
+    pub review: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewLabel {
+    pub review: &'static str,
+}
+
+/// What delegated authentication and authorization record: how each request was
+/// authenticated, and each TokenReview and SubjectAccessReview by how it was answered
+/// (`cached`, or by the API server: `allowed`, `denied`, `error`) with the round trip.
+#[derive(Clone, Debug)]
+pub struct AuthMetrics {
+    authentications: Family<OutcomeLabel, Counter>,
+    reviews: Family<ReviewLabels, Counter>,
+    review_duration: HistogramFamily<ReviewLabel>,
+}
+
+impl Default for AuthMetrics {
+    fn default() -> AuthMetrics {
+        AuthMetrics {
+            authentications: Family::default(),
+            reviews: Family::default(),
+            // 1 ms to ~4 s, factor 4: one API server round trip, bounded at 10 s.
+            review_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 4.0, 7))
+            }),
+        }
+    }
+}
+
+impl AuthMetrics {
+    /// `outcome`: the method that authenticated the request (`front-proxy`,
+    /// `client-certificate`, `token`), `anonymous`, or `failure`.
+    pub fn authenticated(&self, outcome: &'static str) {
+        self.authentications
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// A review answered from the cache.
+    pub fn cached(&self, review: &'static str) {
+        self.reviews
+            .get_or_create(&ReviewLabels {
+                review,
+                result: "cached",
+            })
+            .inc();
+    }
+
+    /// A review the API server was asked, its `result` and how long it took.
+    pub fn asked(&self, review: &'static str, result: &'static str, took: Duration) {
+        self.reviews
+            .get_or_create(&ReviewLabels { review, result })
+            .inc();
+        self.review_duration
+            .get_or_create(&ReviewLabel { review })
+            .observe(took.as_secs_f64());
+    }
+}
+
 /// The registry and the handles the middleware and source loops write to.
 #[derive(Debug)]
 pub struct Telemetry {
@@ -97,6 +166,7 @@ pub struct Telemetry {
     request_duration: HistogramFamily<ApiLabel>,
     grpc_requests: Family<GrpcLabels, Counter>,
     pub source: SourceMetrics,
+    pub auth: AuthMetrics,
 }
 
 impl Telemetry {
@@ -141,6 +211,23 @@ impl Telemetry {
             Unit::Seconds,
             source.round_duration.clone(),
         );
+        let auth = AuthMetrics::default();
+        registry.register(
+            "authentications",
+            "Requests by how they were authenticated: front-proxy, client-certificate, token, anonymous, or failure (401)",
+            auth.authentications.clone(),
+        );
+        registry.register(
+            "delegated_reviews",
+            "TokenReviews and SubjectAccessReviews by result: cached, or the API server's allowed, denied or error",
+            auth.reviews.clone(),
+        );
+        registry.register_with_unit(
+            "delegated_review_duration",
+            "API server round trip of a review the cache could not answer",
+            Unit::Seconds,
+            auth.review_duration.clone(),
+        );
         registry.register_collector(Box::new(FleetCollector { fleet, staleness }));
         Telemetry {
             registry,
@@ -148,6 +235,7 @@ impl Telemetry {
             request_duration,
             grpc_requests,
             source,
+            auth,
         }
     }
 

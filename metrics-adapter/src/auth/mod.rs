@@ -78,6 +78,8 @@ pub struct AuthSettings {
     pub unauthorized_ttl: Duration,
     /// Exact paths, or prefixes ending in `*`.
     pub always_allow_paths: Vec<String>,
+    /// Where authentications and reviews are counted.
+    pub metrics: crate::telemetry::AuthMetrics,
 }
 
 /// The state the middleware reads.
@@ -87,6 +89,7 @@ pub struct Auth {
     access: AccessReviewer,
     always_allow_paths: Vec<String>,
     anonymous: bool,
+    metrics: crate::telemetry::AuthMetrics,
 }
 
 impl Auth {
@@ -164,14 +167,20 @@ impl Auth {
         }
         Ok(Arc::new(Auth {
             config,
-            tokens: TokenReviewer::new(authn_client, settings.token_cache_ttl),
+            tokens: TokenReviewer::new(
+                authn_client,
+                settings.token_cache_ttl,
+                settings.metrics.clone(),
+            ),
             access: AccessReviewer::new(
                 authz_client,
                 settings.authorized_ttl,
                 settings.unauthorized_ttl,
+                settings.metrics.clone(),
             ),
             always_allow_paths: settings.always_allow_paths,
             anonymous: settings.anonymous,
+            metrics: settings.metrics,
         }))
     }
 
@@ -182,34 +191,50 @@ impl Auth {
         chain: &[rustls_pki_types::CertificateDer<'static>],
         headers: &axum::http::HeaderMap,
     ) -> Result<User, String> {
+        let (outcome, result) = self.authenticate_by(config, chain, headers).await;
+        self.metrics.authenticated(outcome);
+        result
+    }
+
+    /// [`Auth::authenticate`], with the method that decided it (`failure` on refusal).
+    async fn authenticate_by(
+        &self,
+        config: &AuthnConfig,
+        chain: &[rustls_pki_types::CertificateDer<'static>],
+        headers: &axum::http::HeaderMap,
+    ) -> (&'static str, Result<User, String>) {
         let mut failures = Vec::new();
-        for verdict in [
-            config.front_proxy(chain, headers),
-            config.client_cert(chain),
+        for (method, verdict) in [
+            ("front-proxy", config.front_proxy(chain, headers)),
+            ("client-certificate", config.client_cert(chain)),
         ] {
             match verdict {
-                Verdict::User(user) => return Ok(with_authenticated_group(user)),
+                Verdict::User(user) => return (method, Ok(with_authenticated_group(user))),
                 Verdict::Failed(why) => failures.push(why),
                 Verdict::NotApplicable => {}
             }
         }
         if let Some(token) = bearer_token(headers) {
             match self.tokens.review(token).await {
-                Ok(Some(user)) => return Ok(with_authenticated_group(user)),
+                Ok(Some(user)) => return ("token", Ok(with_authenticated_group(user))),
                 Ok(None) => failures.push("invalid bearer token".into()),
                 Err(e) => failures.push(e),
             }
         }
         if failures.is_empty() && !self.anonymous {
-            Err("no credentials, and anonymous authentication is off".into())
+            (
+                "failure",
+                Err("no credentials, and anonymous authentication is off".into()),
+            )
         } else if failures.is_empty() {
-            Ok(User {
+            let anonymous = User {
                 name: ANONYMOUS_USER.into(),
                 groups: vec![UNAUTHENTICATED_GROUP.into()],
                 ..User::default()
-            })
+            };
+            ("anonymous", Ok(anonymous))
         } else {
-            Err(failures.join("; "))
+            ("failure", Err(failures.join("; ")))
         }
     }
 

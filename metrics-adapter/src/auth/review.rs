@@ -12,6 +12,10 @@ use kube::api::PostParams;
 
 use super::User;
 use super::cache::TtlCache;
+use crate::telemetry::AuthMetrics;
+
+const TOKEN_REVIEW: &str = "TokenReview";
+const ACCESS_REVIEW: &str = "SubjectAccessReview";
 
 /// The API server's own bound on a review (`--authentication-token-webhook` default).
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
@@ -26,14 +30,16 @@ pub struct TokenReviewer {
     /// token itself: it lives in this process anyway while requests carry it.
     cache: TtlCache<String, Option<User>>,
     ttl: Duration,
+    metrics: AuthMetrics,
 }
 
 impl TokenReviewer {
-    pub fn new(client: kube::Client, ttl: Duration) -> Self {
+    pub fn new(client: kube::Client, ttl: Duration, metrics: AuthMetrics) -> Self {
         Self {
             api: Api::all(client),
             cache: TtlCache::new(CACHE_ENTRIES),
             ttl,
+            metrics,
         }
     }
 
@@ -41,8 +47,23 @@ impl TokenReviewer {
     /// could not say.
     pub async fn review(&self, token: &str) -> Result<Option<User>, String> {
         if let Some(answer) = self.cache.get(&token.to_string()) {
+            self.metrics.cached(TOKEN_REVIEW);
             return Ok(answer);
         }
+        let started = std::time::Instant::now();
+        let answer = self.ask(token).await;
+        let result = match &answer {
+            Ok(Some(_)) => "allowed",
+            Ok(None) => "denied",
+            Err(_) => "error",
+        };
+        self.metrics.asked(TOKEN_REVIEW, result, started.elapsed());
+        let answer = answer?;
+        self.cache.put(token.to_string(), answer.clone(), self.ttl);
+        Ok(answer)
+    }
+
+    async fn ask(&self, token: &str) -> Result<Option<User>, String> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
@@ -67,7 +88,6 @@ impl TokenReviewer {
             }),
             _ => None,
         };
-        self.cache.put(token.to_string(), answer.clone(), self.ttl);
         Ok(answer)
     }
 }
@@ -85,15 +105,22 @@ pub struct AccessReviewer {
     cache: TtlCache<String, Decision>,
     allowed_ttl: Duration,
     denied_ttl: Duration,
+    metrics: AuthMetrics,
 }
 
 impl AccessReviewer {
-    pub fn new(client: kube::Client, allowed_ttl: Duration, denied_ttl: Duration) -> Self {
+    pub fn new(
+        client: kube::Client,
+        allowed_ttl: Duration,
+        denied_ttl: Duration,
+        metrics: AuthMetrics,
+    ) -> Self {
         Self {
             api: Api::all(client),
             cache: TtlCache::new(CACHE_ENTRIES),
             allowed_ttl,
             denied_ttl,
+            metrics,
         }
     }
 
@@ -103,8 +130,28 @@ impl AccessReviewer {
         let key = serde_json::to_string(&review.spec)
             .map_err(|e| format!("encoding a SubjectAccessReview: {e}"))?;
         if let Some(decision) = self.cache.get(&key) {
+            self.metrics.cached(ACCESS_REVIEW);
             return Ok(decision);
         }
+        let started = std::time::Instant::now();
+        let decision = self.ask(review).await;
+        let result = match &decision {
+            Ok(d) if d.allowed => "allowed",
+            Ok(_) => "denied",
+            Err(_) => "error",
+        };
+        self.metrics.asked(ACCESS_REVIEW, result, started.elapsed());
+        let decision = decision?;
+        let ttl = if decision.allowed {
+            self.allowed_ttl
+        } else {
+            self.denied_ttl
+        };
+        self.cache.put(key, decision.clone(), ttl);
+        Ok(decision)
+    }
+
+    async fn ask(&self, review: &SubjectAccessReview) -> Result<Decision, String> {
         let created = tokio::time::timeout(
             REVIEW_TIMEOUT,
             self.api.create(&PostParams::default(), review),
@@ -113,16 +160,9 @@ impl AccessReviewer {
         .map_err(|_| "SubjectAccessReview timed out".to_string())?
         .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
         let status = created.status.unwrap_or_default();
-        let decision = Decision {
+        Ok(Decision {
             allowed: status.allowed && status.denied != Some(true),
             reason: status.reason.unwrap_or_default(),
-        };
-        let ttl = if decision.allowed {
-            self.allowed_ttl
-        } else {
-            self.denied_ttl
-        };
-        self.cache.put(key, decision.clone(), ttl);
-        Ok(decision)
+        })
     }
 }

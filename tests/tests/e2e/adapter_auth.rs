@@ -482,6 +482,40 @@ fn the_auth_matrix_matches_a_delegated_kubernetes_api_server() {
     assert!(counted("external", 403) >= 2.0, "{text}");
     assert!(counted("external", 200) >= 1.0, "{text}");
     assert!(counted("metrics", 403) >= 1.0, "{text}");
+    // How each request was authenticated, and every review by how it was answered: the
+    // reviews the adapter says it asked are exactly those the API server received.
+    let value = |sample: String| e2e_tests::sample_value(&text, &sample).unwrap_or(0.0);
+    for outcome in [
+        "front-proxy",
+        "client-certificate",
+        "token",
+        "anonymous",
+        "failure",
+    ] {
+        let sample = format!("gpu_metrics_adapter_authentications_total{{outcome=\"{outcome}\"}}");
+        assert!(value(sample) >= 1.0, "{outcome}: {text}");
+    }
+    let reviews = |review: &str, result: &str| {
+        value(format!(
+            "gpu_metrics_adapter_delegated_reviews_total{{review=\"{review}\",result=\"{result}\"}}"
+        ))
+    };
+    let asked = |review: &str| reviews(review, "allowed") + reviews(review, "denied");
+    assert_eq!(
+        asked("SubjectAccessReview"),
+        api.access_reviews().len() as f64,
+        "{text}"
+    );
+    assert_eq!(
+        asked("TokenReview"),
+        api.token_reviews().len() as f64,
+        "{text}"
+    );
+    for review in ["SubjectAccessReview", "TokenReview"] {
+        assert!(reviews(review, "denied") >= 1.0, "{review}: {text}");
+        assert!(reviews(review, "cached") >= 2.0, "{review}: {text}");
+        assert_eq!(reviews(review, "error"), 0.0, "{review}: {text}");
+    }
 
     // The front-proxy CA rotates through the ConfigMap: the old proxy certificate stops
     // working and one from the new CA starts, without a restart.
@@ -739,4 +773,15 @@ fn reviews_that_cannot_be_made_refuse_the_request() {
         let carol_ok = status(&anonymous, &url, &bearer).0 == 200;
         (alice_ok && carol_ok).then_some(())
     });
+    // The failed reviews were counted as errors (the outage answered at least one of
+    // each), and were not cached: the same requests were allowed right after.
+    let (code, text) = status(&alice, &format!("{}/metrics", adapter.base), &[]);
+    assert_eq!(code, 200, "{text}");
+    for review in ["SubjectAccessReview", "TokenReview"] {
+        let sample = format!(
+            "gpu_metrics_adapter_delegated_reviews_total{{review=\"{review}\",result=\"error\"}}"
+        );
+        let errors = e2e_tests::sample_value(&text, &sample).unwrap_or(0.0);
+        assert!(errors >= 1.0, "{review}: {text}");
+    }
 }
