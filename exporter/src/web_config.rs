@@ -688,43 +688,21 @@ fn rate_limit(r: RawRateLimit) -> Result<Option<RateLimit>, String> {
 }
 
 /// A Go duration string: an optional sign, then one or more decimal numbers each with a
-/// unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `1m30s`, `250ms`, `0`.
+/// unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `1m30s`, `250ms`, `0`. jiff's
+/// friendly format reads these; Go's rules on top: a bare `0` is zero, other bare
+/// numbers and units of days or longer are refused, and negatives mean nothing here.
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration (e.g. 1s, 250ms, 1m30s)");
     let s = text.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
     }
-    if s.starts_with('-') {
-        return Err(format!("{text:?} is negative"));
-    }
-    let mut rest = s.strip_prefix('+').unwrap_or(s);
-    if rest.is_empty() {
+    // Go's units end at hours; jiff's friendly format would also take days and weeks.
+    if s.contains(|c: char| matches!(c, 'd' | 'w' | 'y') || c.is_whitespace()) {
         return Err(bad());
     }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_len].parse().map_err(|_| bad())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds_per = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * seconds_per;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    let signed: jiff::SignedDuration = s.parse().map_err(|_| bad())?;
+    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
 }
 
 #[cfg(test)]

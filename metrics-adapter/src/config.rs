@@ -217,26 +217,27 @@ impl Cli {
     }
 }
 
-/// A duration as `2s`, `500ms`, `1m`, or a bare number of milliseconds.
+/// A duration as Kubernetes components write them, Go's `time.ParseDuration` syntax
+/// (`10s`, `1500ms`, `2m0s`, `1m30s`), or a bare number of milliseconds; 10 ms to 1 h.
+/// jiff's friendly format reads Go's unit sequences; only the bare number and the
+/// bounds are ours.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => t.split_at(i),
-        None => (t, "ms"),
+    let duration = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        let ms: u64 = t
+            .parse()
+            .map_err(|_| format!("{text:?} is too large a number of milliseconds"))?;
+        Duration::from_millis(ms)
+    } else {
+        let signed: jiff::SignedDuration = t
+            .parse()
+            .map_err(|e| format!("{text:?} is not a duration (e.g. 10s, 1500ms, 2m0s): {e}"))?;
+        Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 2s, 500ms)"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use ms, s or m)")),
-    };
-    if !(0.01..=3600.0).contains(&seconds) {
+    if !(Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&duration) {
         return Err(format!("{text:?} is outside 10ms..1h"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 /// `Name: value` → (name, value), the name a valid HTTP header name.
@@ -289,4 +290,37 @@ pub fn parse_service(text: &str) -> Result<ServiceRef, String> {
         namespace: namespace.to_string(),
         name: name.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_kubernetes_components_write_them() {
+        let ok = [
+            ("10s", Duration::from_secs(10)),
+            ("1500ms", Duration::from_millis(1500)),
+            ("2m0s", Duration::from_secs(120)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1h0m0s", Duration::from_secs(3600)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("300", Duration::from_millis(300)),
+            (" 2s ", Duration::from_secs(2)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for (text, why) in [
+            ("", "not a duration"),
+            ("2x", "not a duration"),
+            ("-5s", "negative"),
+            ("5ms", "outside"),
+            ("1h0m1s", "outside"),
+            ("99999999999999999999999", "too large"),
+        ] {
+            let e = parse_duration(text).expect_err(text);
+            assert!(e.contains(why), "{text}: {e}");
+        }
+    }
 }

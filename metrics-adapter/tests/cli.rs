@@ -55,7 +55,8 @@ fn tls_serving_without_the_kubernetes_api_says_why_it_cannot_start() {
 #[test]
 fn bad_flags_name_what_is_wrong() {
     for (args, says) in [
-        (vec!["--scrape-interval", "2h"], "unknown unit"),
+        (vec!["--scrape-interval", "2x"], "is not a duration"),
+        (vec!["--scrape-interval", "2h"], "outside 10ms..1h"),
         (vec!["--prometheus-header", "no colon"], "Name: value"),
         (
             vec!["--exporter-service", "just-a-name"],
