@@ -713,24 +713,29 @@ impl Adapter {
 /// An exporter on `scenario`'s simulated GPUs, attributing them to pods through `node`
 /// (kubelet socket, pod watch, /proc), sampling every 200 ms.
 pub fn attributed_exporter(node: &KubeNode, scenario: &str) -> Exporter {
+    attributed_exporter_with(node, scenario, &[])
+}
+
+/// [`attributed_exporter`] with `extra` flags after the attribution ones.
+pub fn attributed_exporter_with(node: &KubeNode, scenario: &str, extra: &[&str]) -> Exporter {
     let socket = node.socket().display().to_string();
     let kubeconfig = node.kubeconfig().display().to_string();
     let proc_root = node.proc_root().display().to_string();
-    Exporter::start(
-        &[
-            &format!("--simulate={scenario}"),
-            "-c",
-            "200",
-            "-k",
-            "--kubernetes-refresh-interval",
-            "200ms",
-            "--pod-resources-kubelet-socket",
-            &socket,
-            "--kubeconfig",
-            &kubeconfig,
-            "--proc-root",
-            &proc_root,
-        ],
-        &[("NODE_NAME", "node-a")],
-    )
+    let simulate = format!("--simulate={scenario}");
+    let mut args = vec![
+        simulate.as_str(),
+        "-c",
+        "200",
+        "-k",
+        "--kubernetes-refresh-interval",
+        "200ms",
+        "--pod-resources-kubelet-socket",
+        &socket,
+        "--kubeconfig",
+        &kubeconfig,
+        "--proc-root",
+        &proc_root,
+    ];
+    args.extend(extra);
+    Exporter::start(&args, &[("NODE_NAME", "node-a")])
 }

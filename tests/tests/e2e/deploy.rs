@@ -8,7 +8,9 @@
 //! metricType and threshold need.
 
 use e2e_tests::hpa;
-use e2e_tests::{Exporter, KubeNode, Prometheus, binary, scratch_dir, try_wait_for, workspace};
+use e2e_tests::{
+    KubeNode, Prometheus, attributed_exporter_with, binary, scratch_dir, try_wait_for, workspace,
+};
 use gpu_metrics_adapter::api::quantity::milli_value;
 use gpu_metrics_adapter::derive::GpuMetric;
 use serde_json::Value;
@@ -1508,27 +1510,8 @@ fn the_prometheus_trigger_query_returns_what_its_metric_type_needs() {
     };
 
     let node = KubeNode::start(SCENARIO, "node-a");
-    let socket = node.socket().display().to_string();
-    let kubeconfig = node.kubeconfig().display().to_string();
-    let proc_root = node.proc_root().display().to_string();
-    let exporter = Exporter::start(
-        &[
-            &format!("--simulate={SCENARIO}"),
-            "-c",
-            "200",
-            "--kubernetes",
-            "--kubernetes-refresh-interval",
-            "200ms",
-            "--pod-resources-kubelet-socket",
-            &socket,
-            "--kubeconfig",
-            &kubeconfig,
-            "--proc-root",
-            &proc_root,
-            &format!("--kubernetes-pod-labels={pod_labels}"),
-        ],
-        &[("NODE_NAME", "node-a")],
-    );
+    let labels_flag = format!("--kubernetes-pod-labels={pod_labels}");
+    let exporter = attributed_exporter_with(&node, SCENARIO, &[&labels_flag]);
     let target = exporter.base.trim_start_matches("http://").to_string();
     let prometheus = Prometheus::start(&[("gpu-exporter", &target, "")]);
 
