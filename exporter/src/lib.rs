@@ -150,7 +150,7 @@ pub fn start_attribution(
             let allow = opts.pod_labels.clone();
             let store = directory.clone();
             runtime.spawn(async move {
-                match kube_client(kubeconfig.as_deref()).await {
+                match kube_support::client(kubeconfig.as_deref()).await {
                     Ok(client) => {
                         tracing::info!(node = %node, labels = ?allow, "watching this node's pods");
                         pods::watch(client, node, allow, store).await;
@@ -164,28 +164,6 @@ pub fn start_attribution(
         ),
     }
     attribution::Attributor::new(kubelet_view, directory, pod_watch, opts.proc_root.clone())
-}
-
-/// A Kubernetes client from `kubeconfig`, else the in-cluster configuration (or the
-/// usual kubeconfig search).
-async fn kube_client(
-    kubeconfig: Option<&std::path::Path>,
-) -> std::result::Result<kube::Client, String> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("{}: {e}", path.display()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| e.to_string())?,
-    };
-    let mut config = config;
-    // The watcher backs off and retries by itself; the client's own retries of 5xx
-    // answers would only hide an outage from `gpu_exporter_pod_watch_up` for minutes.
-    config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
 /// For `--simulate` with a scenario that has pods (and no `-k`): a simulated
@@ -321,7 +299,7 @@ pub fn run(cli: Cli) -> Result<()> {
             tls = handle;
         }
         tracing::info!(address = %local, tls = tls.is_some(), "listening");
-        tls_serving::serve(listener, tls, router, shutdown_signal())
+        tls_serving::serve(listener, tls, router, kube_support::shutdown::signal())
             .await
             .map_err(Error::Serve)
     });
@@ -329,25 +307,4 @@ pub fn run(cli: Cli) -> Result<()> {
     let _ = sampler_thread.join();
     tracing::info!("stopped");
     served
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

@@ -673,7 +673,8 @@ fn rate_limit(r: RawRateLimit) -> Result<Option<RateLimit>, String> {
         None => Duration::ZERO,
         Some(GoDuration::Nanos(n)) => Duration::from_nanos(n),
         Some(GoDuration::Text(t)) => {
-            parse_go_duration(&t).map_err(|why| format!("interval: {why}"))?
+            // Go's time.ParseDuration, as exporter-toolkit's YAML decoding reads it.
+            kube_support::duration::parse(&t).map_err(|why| format!("interval: {why}"))?
         }
     };
     if interval.is_zero() {
@@ -685,24 +686,6 @@ fn rate_limit(r: RawRateLimit) -> Result<Option<RateLimit>, String> {
         return Err("burst is 0, which would refuse every request; set burst to at least 1".into());
     }
     Ok(Some(RateLimit { interval, burst }))
-}
-
-/// A Go duration string: an optional sign, then one or more decimal numbers each with a
-/// unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `1m30s`, `250ms`, `0`. jiff's
-/// friendly format reads these; Go's rules on top: a bare `0` is zero, other bare
-/// numbers and units of days or longer are refused, and negatives mean nothing here.
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration (e.g. 1s, 250ms, 1m30s)");
-    let s = text.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    // Go's units end at hours; jiff's friendly format would also take days and weeks.
-    if s.contains(|c: char| matches!(c, 'd' | 'w' | 'y') || c.is_whitespace()) {
-        return Err(bad());
-    }
-    let signed: jiff::SignedDuration = s.parse().map_err(|_| bad())?;
-    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
 }
 
 #[cfg(test)]
@@ -985,19 +968,6 @@ rate_limit:
         assert!(m.contains("burst is 0"), "{m}");
         let m = problem("rate_limit:\n  interval: soon\n  burst: 1\n");
         assert!(m.contains("not a duration"), "{m}");
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_go_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_go_duration("1h2m3s"), Ok(Duration::from_secs(3723)));
-        assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("10us"), Ok(Duration::from_micros(10)));
-        assert!(parse_go_duration("5").is_err());
-        assert!(parse_go_duration("-1s").is_err());
-        assert!(parse_go_duration("1d").is_err());
-        assert!(parse_go_duration("").is_err());
     }
 
     fn pem_pair(name: &str) -> (String, String) {

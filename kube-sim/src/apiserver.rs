@@ -35,9 +35,7 @@
 //! without a `continue` token (which clients must accept). Lists are always served at
 //! the current version, whatever `resourceVersion` and `resourceVersionMatch` say.
 
-use crate::selector::{
-    Field, FieldSelector, Fields, LabelSelector, OBJECT_FIELDS, POD_FIELDS, SelectorError,
-};
+use crate::selector::{Field, FieldSelector, Fields, OBJECT_FIELDS, POD_FIELDS, SelectorError};
 use crate::server_thread::ServerThread;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -55,6 +53,7 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, PodStatus};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Status};
+use kube_support::selector::Selector as LabelSelector;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
@@ -1019,7 +1018,8 @@ fn list_or_watch(
         kind,
         namespace,
         fields: FieldSelector::parse(query.field_selector.as_deref().unwrap_or(""), kind.fields())?,
-        labels: LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))?,
+        labels: LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
+            .map_err(SelectorError::from)?,
     };
     let shape = Shape::from_headers(headers);
     if flag("watch", query.watch.as_deref())? {

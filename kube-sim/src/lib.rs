@@ -27,15 +27,8 @@ pub mod procfs;
 mod selector;
 mod server_thread;
 
-/// The kubelet PodResources v1 messages, client and server, generated from the
-/// exporter's copy of the proto (package `v1`).
-#[allow(clippy::all)] // generated code
-pub mod proto {
-    tonic::include_proto!("v1");
-
-    pub use pod_resources_lister_client::PodResourcesListerClient;
-    pub use pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
-}
+/// The kubelet PodResources v1 messages, client and server.
+pub use kube_support::proto::podresources as proto;
 
 pub use apiserver::{FakeApiServer, PodMeta};
 pub use kubelet::{Behavior, FakeKubelet};

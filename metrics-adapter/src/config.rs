@@ -1,6 +1,7 @@
 //! Command-line flags. Serving flags are named as Kubernetes API servers name them.
 
 use clap::Parser;
+use kube_support::duration::{self, DurationError};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -217,27 +218,10 @@ impl Cli {
     }
 }
 
-/// A duration as Kubernetes components write them, Go's `time.ParseDuration` syntax
-/// (`10s`, `1500ms`, `2m0s`, `1m30s`), or a bare number of milliseconds; 10 ms to 1 h.
-/// jiff's friendly format reads Go's unit sequences; only the bare number and the
-/// bounds are ours.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let duration = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-        let ms: u64 = t
-            .parse()
-            .map_err(|_| format!("{text:?} is too large a number of milliseconds"))?;
-        Duration::from_millis(ms)
-    } else {
-        let signed: jiff::SignedDuration = t
-            .parse()
-            .map_err(|e| format!("{text:?} is not a duration (e.g. 10s, 1500ms, 2m0s): {e}"))?;
-        Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))?
-    };
-    if !(Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&duration) {
-        return Err(format!("{text:?} is outside 10ms..1h"));
-    }
-    Ok(duration)
+/// A duration flag: Go's `time.ParseDuration` syntax as Kubernetes components write it
+/// (`10s`, `1500ms`, `2m0s`), or a bare number of milliseconds; 10 ms to 1 h.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    duration::parse_flag(text, Duration::from_millis(10)..=Duration::from_secs(3600))
 }
 
 /// `Name: value` → (name, value), the name a valid HTTP header name.
@@ -311,16 +295,8 @@ mod tests {
         for (text, want) in ok {
             assert_eq!(parse_duration(text), Ok(want), "{text}");
         }
-        for (text, why) in [
-            ("", "not a duration"),
-            ("2x", "not a duration"),
-            ("-5s", "negative"),
-            ("5ms", "outside"),
-            ("1h0m1s", "outside"),
-            ("99999999999999999999999", "too large"),
-        ] {
-            let e = parse_duration(text).expect_err(text);
-            assert!(e.contains(why), "{text}: {e}");
+        for text in ["", "2x", "-5s", "5ms", "1h0m1s", "99999999999999999999999"] {
+            assert!(parse_duration(text).is_err(), "{text}");
         }
     }
 }

@@ -10,23 +10,18 @@
 
 use crate::config::ServiceRef;
 use arc_swap::ArcSwap;
-use futures_util::StreamExt;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use kube::runtime::watcher;
+use kube_support::watch::Change;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The label the EndpointSlice controller puts on a Service's slices.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The scrape path of every exporter.
 const METRICS_PATH: &str = "/metrics";
-
-/// First and longest wait before the watch restarts after an error.
-const MIN_RETRY: Duration = Duration::from_secs(1);
-const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// The port of `slice` to scrape: the one named `port_name`, else the slice's only port
 /// (a Service with a single unnamed port is common). `None` when neither exists, or the
@@ -132,76 +127,50 @@ pub async fn watch_exporters(
     let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
     let mut published: Option<usize> = None;
     let mut unusable = BTreeSet::new();
-    let mut delay = MIN_RETRY;
-    let mut down_logged = false;
-    loop {
-        let mut events = watcher::watcher(api.clone(), config.clone()).boxed();
-        let mut buffer: Option<BTreeMap<String, EndpointSlice>> = None;
-        while let Some(event) = events.next().await {
-            let changed = match event {
-                Err(e) => {
-                    if !down_logged {
-                        tracing::warn!(service = %service, error = %e, "exporter discovery failed; keeping the last known exporters, retrying");
-                        down_logged = true;
-                    }
-                    break;
-                }
-                Ok(watcher::Event::Init) => {
-                    buffer = Some(BTreeMap::new());
-                    false
-                }
-                Ok(watcher::Event::InitApply(slice)) => {
-                    if let (Some(b), Some(name)) = (buffer.as_mut(), slice.metadata.name.clone()) {
-                        b.insert(name, slice);
-                    }
-                    false
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(b) = buffer.take() {
-                        slices = b;
-                    }
-                    if down_logged {
-                        tracing::info!(service = %service, "exporter discovery is back");
-                        down_logged = false;
-                    }
-                    delay = MIN_RETRY;
-                    true
-                }
-                Ok(watcher::Event::Apply(slice)) => match slice.metadata.name.clone() {
-                    Some(name) => slices.insert(name, slice.clone()) != Some(slice),
-                    None => false,
-                },
-                Ok(watcher::Event::Delete(slice)) => slice
-                    .metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|name| slices.remove(name).is_some()),
-            };
-            if !changed {
-                continue;
+    let what = format!("exporter discovery ({service})");
+    kube_support::watch::watch(api, config, &what, |change| {
+        let changed = match change {
+            Change::Failed => false,
+            Change::Listed(listed) => {
+                slices = listed
+                    .into_iter()
+                    .filter_map(|slice| Some((slice.metadata.name.clone()?, slice)))
+                    .collect();
+                true
             }
-            let now_unusable = portless(slices.values(), &port_name);
-            for name in now_unusable.difference(&unusable) {
-                tracing::warn!(service = %service, slice = %name, port_name = %port_name, "EndpointSlice has no port of that name and not exactly one port; its exporters are not scraped");
-            }
-            unusable = now_unusable;
-            let current = targets_from_slices(slices.values(), &port_name, &scheme);
-            if published != Some(current.len()) {
-                if current.is_empty() {
-                    tracing::warn!(service = %service, "no ready exporters in the Service's EndpointSlices");
-                } else {
-                    tracing::info!(service = %service, exporters = current.len(), "exporter targets changed");
-                }
-                published = Some(current.len());
-            }
-            if **targets.load() != current {
-                tracing::debug!(service = %service, targets = ?current, "exporter targets");
-                targets.store(Arc::new(current));
-            }
+            Change::Applied(slice) => match slice.metadata.name.clone() {
+                Some(name) => slices.insert(name, slice.clone()) != Some(slice),
+                None => false,
+            },
+            Change::Deleted(slice) => slice
+                .metadata
+                .name
+                .as_ref()
+                .is_some_and(|name| slices.remove(name).is_some()),
+        };
+        if !changed {
+            return;
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(MAX_RETRY);
-    }
+        let now_unusable = portless(slices.values(), &port_name);
+        for name in now_unusable.difference(&unusable) {
+            tracing::warn!(service = %service, slice = %name, port_name = %port_name, "EndpointSlice has no port of that name and not exactly one port; its exporters are not scraped");
+        }
+        unusable = now_unusable;
+        let current = targets_from_slices(slices.values(), &port_name, &scheme);
+        if published != Some(current.len()) {
+            if current.is_empty() {
+                tracing::warn!(service = %service, "no ready exporters in the Service's EndpointSlices");
+            } else {
+                tracing::info!(service = %service, exporters = current.len(), "exporter targets changed");
+            }
+            published = Some(current.len());
+        }
+        if **targets.load() != current {
+            tracing::debug!(service = %service, targets = ?current, "exporter targets");
+            targets.store(Arc::new(current));
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

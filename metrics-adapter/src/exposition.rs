@@ -6,11 +6,8 @@
 use crate::derive::Series;
 use prost::Message;
 
-/// Generated `io.prometheus.client` types.
-#[allow(clippy::all, missing_docs)]
-pub mod proto {
-    include!(concat!(env!("OUT_DIR"), "/io.prometheus.client.rs"));
-}
+/// The `io.prometheus.client` types.
+pub use kube_support::proto::prometheus as proto;
 
 /// What the adapter asks the exporters for.
 pub const ACCEPT: &str =

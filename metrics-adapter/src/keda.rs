@@ -29,11 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
-/// Generated `externalscaler` types, server and client.
-#[allow(clippy::all, missing_docs)]
-pub mod proto {
-    tonic::include_proto!("externalscaler");
-}
+/// KEDA's `externalscaler` types, server and client.
+pub use kube_support::proto::keda as proto;
 
 use proto::external_scaler_server::ExternalScaler;
 use proto::{

@@ -88,7 +88,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             })?;
             tokio::spawn(source::run(opts, client, exposition::decode, fleet.clone()));
         }
-        match kube_client(cli.kubeconfig.as_deref()).await {
+        match kube_support::client(cli.kubeconfig.as_deref()).await {
             Ok(client) => {
                 if discover {
                     tokio::spawn(discovery::watch_exporters(
@@ -175,7 +175,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         let local = listener.local_addr().map_err(Error::Io)?;
         tracing::info!(address = %local, tls = api_tls.is_some(), "listening");
         tokio::spawn(async move {
-            shutdown_signal().await;
+            kube_support::shutdown::signal().await;
             let _ = stop.send(true);
         });
         tls_serving::serve(listener, api_tls, api, stopping(stopped))
@@ -191,7 +191,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
 /// Delegated authentication and authorization, with the API clients their flags name.
 async fn start_auth(cli: &Cli, metrics: telemetry::AuthMetrics) -> Result<Arc<auth::Auth>, Error> {
     let client_for = |purpose: &'static str, path: Option<std::path::PathBuf>| async move {
-        kube_client(path.as_deref()).await.map_err(|e| {
+        kube_support::client(path.as_deref()).await.map_err(|e| {
             Error::Config(format!(
                 "{purpose} needs the Kubernetes API (--{purpose}-kubeconfig, --kubeconfig or in-cluster; --insecure-serve-http serves without it, for local use only): {e}"
             ))
@@ -296,39 +296,4 @@ fn serving_tls(
     let handle = Arc::new(ArcSwap::from_pointee(config));
     tls_serving::watch_server_config(handle.clone(), files, TLS_FILE_POLL, build);
     Ok(handle)
-}
-
-/// SIGINT or SIGTERM (the kubelet's stop).
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-}
-
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| format!("{}: {e}", path.display()))?
-        }
-        None => kube::Config::infer().await.map_err(|e| e.to_string())?,
-    };
-    // The watcher retries by itself; client retries would hide outages.
-    config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| e.to_string())
 }

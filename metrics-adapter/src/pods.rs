@@ -7,13 +7,12 @@
 //! label, so the Deployment's name follows without watching ReplicaSets.
 
 use arc_swap::ArcSwap;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
+use kube_support::watch::Change;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The workload a pod belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -88,71 +87,40 @@ fn key_and_info(meta: &PartialObjectMeta<Pod>) -> Option<((String, String), PodI
     ))
 }
 
-/// Keep `store` in step with every pod until the runtime stops; after an error, the
-/// watch restarts from a fresh list (see the exporter's pod watch for why).
+/// Keep `store` in step with every pod until the runtime stops. While the API server
+/// fails, the last known pods stay in use (see [`kube_support::watch`]).
 pub async fn watch(client: kube::Client, store: Arc<ArcSwap<PodIndex>>) {
     let api: kube::Api<PartialObjectMeta<Pod>> = kube::Api::all(client);
     let mut index = PodIndex::default();
-    let mut delay = Duration::from_secs(1);
-    let mut down_logged = false;
-    loop {
-        let mut events = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
-        let mut buffer: Option<HashMap<(String, String), PodInfo>> = None;
-        while let Some(event) = events.next().await {
-            let ev = match event {
-                Ok(ev) => ev,
-                Err(e) => {
-                    if !down_logged {
-                        tracing::warn!(error = %e, "pod watch failed; keeping the last known pods, retrying");
-                        down_logged = true;
-                    }
-                    index.up = false;
-                    store.store(Arc::new(index.clone()));
-                    break;
-                }
-            };
-            let changed = match ev {
-                watcher::Event::Init => {
-                    buffer = Some(HashMap::new());
-                    false
-                }
-                watcher::Event::InitApply(meta) => {
-                    if let (Some(b), Some((k, info))) = (buffer.as_mut(), key_and_info(&meta)) {
-                        b.insert(k, info);
-                    }
-                    false
-                }
-                watcher::Event::InitDone => {
-                    if let Some(b) = buffer.take() {
-                        index.pods = b;
-                    }
-                    if down_logged {
-                        tracing::info!("pod watch is back");
-                        down_logged = false;
-                    } else if !index.synced {
-                        tracing::info!(pods = index.pods.len(), "pod watch synced");
-                    }
-                    index.synced = true;
-                    index.up = true;
-                    delay = Duration::from_secs(1);
-                    true
-                }
-                watcher::Event::Apply(meta) => match key_and_info(&meta) {
-                    Some((k, info)) => index.pods.insert(k, info.clone()) != Some(info),
-                    None => false,
-                },
-                watcher::Event::Delete(meta) => match key_and_info(&meta) {
-                    Some((k, _)) => index.pods.remove(&k).is_some(),
-                    None => false,
-                },
-            };
-            if changed {
-                store.store(Arc::new(index.clone()));
+    kube_support::watch::watch(api, watcher::Config::default(), "pod watch", |change| {
+        let changed = match change {
+            Change::Failed => {
+                index.up = false;
+                true
             }
+            Change::Listed(pods) => {
+                index.pods = pods.iter().filter_map(key_and_info).collect();
+                if !index.synced {
+                    tracing::info!(pods = index.pods.len(), "pod watch synced");
+                }
+                index.synced = true;
+                index.up = true;
+                true
+            }
+            Change::Applied(meta) => match key_and_info(&meta) {
+                Some((k, info)) => index.pods.insert(k, info.clone()) != Some(info),
+                None => false,
+            },
+            Change::Deleted(meta) => match key_and_info(&meta) {
+                Some((k, _)) => index.pods.remove(&k).is_some(),
+                None => false,
+            },
+        };
+        if changed {
+            store.store(Arc::new(index.clone()));
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(30));
-    }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -17,11 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// Generated PodResources v1 types and client (`proto/kubelet/podresources/v1/api.proto`).
-#[allow(clippy::all, missing_docs)]
-pub mod proto {
-    tonic::include_proto!("v1");
-}
+/// The PodResources v1 types and client.
+pub use kube_support::proto::podresources as proto;
 
 /// Largest PodResources answer accepted (kubelet e2e's `defaultPodResourcesMaxSize`).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

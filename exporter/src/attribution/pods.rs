@@ -12,13 +12,12 @@
 //! with backoff; metrics never wait on it.
 
 use arc_swap::ArcSwap;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
+use kube_support::watch::Change;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The annotation a static pod's mirror carries with the config hash its cgroup uses
 /// in place of the pod UID.
@@ -138,14 +137,8 @@ pub fn field_selector(node_name: &str) -> String {
     format!("spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed")
 }
 
-/// Longest wait between watch restarts while the API server fails.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Keep `store` in step with the node's pods until the runtime stops.
-///
-/// After any error the watch is restarted from a fresh list (after a growing pause):
-/// a resumed watch on a quiet node sends nothing, so only a completed list proves the
-/// API server is back, and it also catches whatever changed meanwhile.
+/// Keep `store` in step with the node's pods until the runtime stops. While the API
+/// server fails, the last known pods stay in use (see [`kube_support::watch`]).
 pub async fn watch(
     client: kube::Client,
     node_name: String,
@@ -156,91 +149,63 @@ pub async fn watch(
     let api: kube::Api<PartialObjectMeta<Pod>> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&field_selector(&node_name));
     let mut dir = PodDirectory::default();
-    let mut down_logged = false;
-    let mut delay = Duration::from_secs(1);
-    loop {
-        let mut events = watcher::watcher(api.clone(), config.clone()).boxed();
-        let mut buffer: Option<PodDirectory> = None;
-        while let Some(event) = events.next().await {
-            let mut changed = false;
-            let ev = match event {
-                Ok(ev) => ev,
-                Err(e) => {
-                    if !down_logged {
-                        tracing::warn!(error = %e, "the API server's pod watch failed; keeping the last known pods, retrying with backoff");
-                        down_logged = true;
-                    }
-                    if dir.up {
-                        dir.up = false;
-                        dir.generation += 1;
-                        store.store(Arc::new(dir.clone()));
-                    }
-                    break;
-                }
-            };
-            match ev {
-                watcher::Event::Init => {
-                    buffer = Some(PodDirectory {
-                        ended: dir.ended.clone(),
-                        ..PodDirectory::default()
-                    });
-                }
-                watcher::Event::InitApply(meta) => {
-                    if let (Some(b), Some((k, info, hash))) =
-                        (buffer.as_mut(), key_and_info(&meta, &allow))
-                    {
-                        b.insert(k, info, hash);
-                    }
-                }
-                watcher::Event::InitDone => {
-                    if let Some(mut b) = buffer.take() {
-                        // Pods that were known and are not listed any more have left.
-                        for (k, info) in &dir.pods {
-                            if !b.pods.contains_key(k) {
-                                b.ended.insert(k.clone(), info.uid.clone());
-                            }
-                        }
-                        b.generation = dir.generation;
-                        dir = b;
-                    }
-                    if down_logged {
-                        tracing::info!("the API server's pod watch is back");
-                        down_logged = false;
-                    } else if !dir.synced {
-                        tracing::info!(node = %node_name, pods = dir.pods.len(), "pod watch synced");
-                    }
-                    dir.synced = true;
-                    dir.up = true;
-                    delay = Duration::from_secs(1);
-                    changed = true;
-                }
-                watcher::Event::Apply(meta) => {
-                    if let Some((k, info, hash)) = key_and_info(&meta, &allow)
-                        && dir.pods.get(&k) != Some(&info)
-                    {
-                        dir.insert(k, info, hash);
-                        changed = true;
-                    }
-                }
-                watcher::Event::Delete(meta) => {
-                    if let Some((k, _, _)) = key_and_info(&meta, &allow) {
-                        dir.remove(&k);
-                        changed = true;
-                    }
-                }
+    kube_support::watch::watch(api, config, "pod watch", |change| {
+        let changed = match change {
+            Change::Failed => {
+                let was_up = dir.up;
+                dir.up = false;
+                was_up
             }
-            // Bound the memory of pods seen leaving: a node runs a few hundred at most.
-            if dir.ended.len() > 4096 {
-                dir.ended.clear();
+            Change::Listed(pods) => {
+                let mut listed = PodDirectory {
+                    ended: dir.ended.clone(),
+                    generation: dir.generation,
+                    ..PodDirectory::default()
+                };
+                for meta in &pods {
+                    if let Some((k, info, hash)) = key_and_info(meta, &allow) {
+                        listed.insert(k, info, hash);
+                    }
+                }
+                // Pods that were known and are not listed any more have left.
+                for (k, info) in &dir.pods {
+                    if !listed.pods.contains_key(k) {
+                        listed.ended.insert(k.clone(), info.uid.clone());
+                    }
+                }
+                if !dir.synced {
+                    tracing::info!(node = %node_name, pods = listed.pods.len(), "pod watch synced");
+                }
+                dir = listed;
+                dir.synced = true;
+                dir.up = true;
+                true
             }
-            if changed {
-                dir.generation += 1;
-                store.store(Arc::new(dir.clone()));
-            }
+            Change::Applied(meta) => match key_and_info(&meta, &allow) {
+                Some((k, info, hash)) if dir.pods.get(&k) != Some(&info) => {
+                    dir.insert(k, info, hash);
+                    true
+                }
+                _ => false,
+            },
+            Change::Deleted(meta) => match key_and_info(&meta, &allow) {
+                Some((k, _, _)) => {
+                    dir.remove(&k);
+                    true
+                }
+                None => false,
+            },
+        };
+        // Bound the memory of pods seen leaving: a node runs a few hundred at most.
+        if dir.ended.len() > 4096 {
+            dir.ended.clear();
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(MAX_BACKOFF);
-    }
+        if changed {
+            dir.generation += 1;
+            store.store(Arc::new(dir.clone()));
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! the KEDA scaler and the tests:
 //!
 //! - [`selector`]: Kubernetes label selectors, in the string syntax of `labelSelector`
-//!   query parameters and the JSON `LabelSelector` object of `metric.selector`;
+//!   query parameters and the JSON `LabelSelector` object of `metric.selector` (the
+//!   parser lives in `kube-support`, shared with kube-sim's fake API server);
 //! - [`quantity`]: `resource.Quantity` strings (writing ours, reading anyone's, and the
 //!   HPA's milli-unit arithmetic) and `metav1.Time` timestamps;
 //! - [`status`]: `metav1.Status` error bodies and their HTTP responses.
@@ -11,7 +12,7 @@
 //! against upstream behaviour.
 
 pub mod quantity;
-pub mod selector;
+pub use kube_support::selector;
 pub mod status;
 
 pub use quantity::{

@@ -1,0 +1,37 @@
+//! Kubernetes plumbing shared by `gpu-exporter`, `gpu-metrics-adapter` and the test
+//! doubles in `kube-sim`, written once:
+//!
+//! - [`client()`]: a client from a kubeconfig or the in-cluster configuration, without
+//!   client-side retries;
+//! - [`shutdown::signal`]: SIGINT or SIGTERM;
+//! - [`duration`]: Go's `time.ParseDuration`, the one grammar of every duration flag;
+//! - [`watch`]: a watch that mirrors objects and restarts from a fresh list after
+//!   errors, with backoff;
+//! - [`selector`]: label selectors as `k8s.io/apimachinery` parses and matches them;
+//! - [`proto`]: the wire types (kubelet PodResources, the Prometheus exposition, KEDA's
+//!   external scaler), generated once from `proto/`.
+
+mod client;
+pub mod duration;
+pub mod proto;
+pub mod selector;
+pub mod shutdown;
+pub mod watch;
+
+pub use client::client;
+
+use std::path::PathBuf;
+
+/// What can go wrong building a Kubernetes client.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}

@@ -1,0 +1,226 @@
+//! A watch that keeps a local mirror of some Kubernetes objects, restarted from a fresh
+//! list after every error.
+//!
+//! kube-runtime's `watcher` resumes after an error from the last resource version, but
+//! a resumed watch on a quiet cluster sends nothing, so nothing would ever prove that
+//! the API server is back, and a consumer could not tell "no change" from "no
+//! connection". Restarting from a fresh list does both: a completed list proves the
+//! connection, and it carries whatever changed meanwhile. Meanwhile the consumer keeps
+//! its last known objects (an API server outage must not empty a node's pod labels or
+//! the adapter's scrape targets), and each outage is logged once, not at every retry.
+
+use futures_util::{Stream, StreamExt};
+use kube::runtime::watcher;
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// Pause before the first restart after an error.
+pub const MIN_RETRY: Duration = Duration::from_secs(1);
+/// Longest pause between restarts while the API server keeps failing.
+pub const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// What a re-listing watch tells its consumer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change<K> {
+    /// A complete list: exactly these objects exist now, replacing whatever was known.
+    /// Never partial: a list cut short by an error is dropped.
+    Listed(Vec<K>),
+    /// An object was added or modified.
+    Applied(K),
+    /// An object was deleted (or stopped matching the watch's selectors).
+    Deleted(K),
+    /// The watch failed. The last known objects remain the best knowledge; a fresh
+    /// list follows once the API server answers again.
+    Failed,
+}
+
+/// A pause that doubles from `min` up to `max`, and starts over after [`reset`](Self::reset).
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Backoff {
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    /// The pause to take now; the one after it is twice as long, up to the maximum.
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        delay
+    }
+
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+/// Keep `on_change` informed of the objects `api` and `config` select, until the
+/// runtime stops. `what` names the watch in logs (`"pod watch"`).
+pub async fn watch<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    what: &str,
+    mut on_change: impl FnMut(Change<K>),
+) where
+    K: kube::Resource + Clone + Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut backoff = Backoff::new(MIN_RETRY, MAX_RETRY);
+    let mut outage = Outage::default();
+    loop {
+        let events = watcher::watcher(api.clone(), config.clone());
+        if follow(events, what, &mut outage, &mut on_change).await {
+            backoff.reset();
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+/// Whether an outage is under way, so that it is logged once.
+#[derive(Debug, Default)]
+pub struct Outage {
+    logged: bool,
+}
+
+/// Feed one run of watch events to `on_change` until the stream fails or ends.
+/// Returns whether a list completed during the run (the API server answered in full).
+pub async fn follow<K, E, S>(
+    events: S,
+    what: &str,
+    outage: &mut Outage,
+    on_change: &mut impl FnMut(Change<K>),
+) -> bool
+where
+    S: Stream<Item = Result<watcher::Event<K>, E>>,
+    E: std::fmt::Display,
+{
+    let mut events = std::pin::pin!(events);
+    let mut listing: Option<Vec<K>> = None;
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        match event {
+            Err(e) => {
+                if !outage.logged {
+                    tracing::warn!(watch = what, error = %e, "{what} failed; keeping the last known objects, retrying with backoff");
+                    outage.logged = true;
+                }
+                on_change(Change::Failed);
+                return listed;
+            }
+            Ok(watcher::Event::Init) => listing = Some(Vec::new()),
+            Ok(watcher::Event::InitApply(object)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.push(object);
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if outage.logged {
+                    tracing::info!(watch = what, "{what} is back");
+                    outage.logged = false;
+                }
+                listed = true;
+                on_change(Change::Listed(listing.take().unwrap_or_default()));
+            }
+            Ok(watcher::Event::Apply(object)) => on_change(Change::Applied(object)),
+            Ok(watcher::Event::Delete(object)) => on_change(Change::Deleted(object)),
+        }
+    }
+    listed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+    use watcher::Event;
+
+    fn run(
+        events: Vec<Result<Event<&'static str>, &'static str>>,
+    ) -> (Vec<Change<&'static str>>, bool, bool) {
+        let mut seen = Vec::new();
+        let mut outage = Outage::default();
+        let listed = futures_util::FutureExt::now_or_never(follow(
+            stream::iter(events),
+            "test watch",
+            &mut outage,
+            &mut |c| seen.push(c),
+        ))
+        .expect("a ready stream finishes at once");
+        (seen, listed, outage.logged)
+    }
+
+    #[test]
+    fn a_list_is_handed_over_whole_and_only_when_complete() {
+        let (seen, listed, down) = run(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply("a")),
+            Ok(Event::InitApply("b")),
+            Ok(Event::InitDone),
+            Ok(Event::Apply("c")),
+            Ok(Event::Delete("a")),
+        ]);
+        assert_eq!(
+            seen,
+            vec![
+                Change::Listed(vec!["a", "b"]),
+                Change::Applied("c"),
+                Change::Deleted("a"),
+            ]
+        );
+        assert!(listed);
+        assert!(!down);
+    }
+
+    #[test]
+    fn a_list_cut_short_by_an_error_is_dropped_and_the_failure_reported() {
+        let (seen, listed, down) = run(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply("a")),
+            Err("connection refused"),
+            Ok(Event::InitDone),
+        ]);
+        assert_eq!(seen, vec![Change::Failed]);
+        assert!(!listed, "no list completed");
+        assert!(down, "the outage is remembered so it is logged once");
+    }
+
+    #[test]
+    fn an_outage_ends_with_the_next_complete_list() {
+        let mut outage = Outage::default();
+        let mut seen = Vec::new();
+        for events in [
+            vec![Err("refused")],
+            vec![Err("refused")],
+            vec![Ok(Event::Init), Ok(Event::InitDone)],
+        ] {
+            let _ = futures_util::FutureExt::now_or_never(follow(
+                stream::iter(events),
+                "test watch",
+                &mut outage,
+                &mut |c: Change<&str>| seen.push(c),
+            ));
+        }
+        assert_eq!(
+            seen,
+            vec![Change::Failed, Change::Failed, Change::Listed(vec![])]
+        );
+        assert!(!outage.logged);
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling_and_starts_over_after_a_reset() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
+        let delays: Vec<u64> = (0..5).map(|_| b.next_delay().as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 5, 5]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_secs(1));
+    }
+}
