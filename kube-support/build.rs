@@ -8,34 +8,21 @@
 //! - KEDA's external scaler service, server (the adapter) and client (the tests).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let kubelet = "proto/kubelet/podresources/v1";
-    let prometheus = "proto/prometheus/client_model";
-    let keda = "proto/keda";
     println!("cargo:rerun-if-changed=proto");
-
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(protox::compile(
-            [format!("{kubelet}/api.proto")],
-            [kubelet],
-        )?)?;
-    // `google.protobuf.Timestamp` (protox ships it) is generated too rather than taken
-    // from prost-types, which would be one more runtime dependency for one struct.
-    tonic_prost_build::configure()
-        .build_client(false)
-        .build_server(false)
-        .compile_well_known_types(true)
-        .compile_fds(protox::compile(
-            [format!("{prometheus}/metrics.proto")],
-            [prometheus],
-        )?)?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(protox::compile(
-            [format!("{keda}/externalscaler.proto")],
-            [keda],
-        )?)?;
+    // (directory, file, generate client and server, generate google.protobuf types)
+    let protos = [
+        ("proto/kubelet/podresources/v1", "api.proto", true, false),
+        // `google.protobuf.Timestamp` (protox ships it) is generated too rather than
+        // taken from prost-types, one more runtime dependency for one struct.
+        ("proto/prometheus/client_model", "metrics.proto", false, true),
+        ("proto/keda", "externalscaler.proto", true, false),
+    ];
+    for (dir, file, services, well_known) in protos {
+        tonic_prost_build::configure()
+            .build_client(services)
+            .build_server(services)
+            .compile_well_known_types(well_known)
+            .compile_fds(protox::compile([format!("{dir}/{file}")], [dir])?)?;
+    }
     Ok(())
 }
