@@ -14,7 +14,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("proto/kubelet/podresources/v1", "api.proto", true, false),
         // `google.protobuf.Timestamp` (protox ships it) is generated too rather than
         // taken from prost-types, one more runtime dependency for one struct.
-        ("proto/prometheus/client_model", "metrics.proto", false, true),
+        (
+            "proto/prometheus/client_model",
+            "metrics.proto",
+            false,
+            true,
+        ),
         ("proto/keda", "externalscaler.proto", true, false),
     ];
     for (dir, file, services, well_known) in protos {

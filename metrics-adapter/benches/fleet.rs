@@ -28,8 +28,11 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use common::{CONTENT_TYPE, Gpu, Holder, Reading, exporter_body, machine, percentile};
 use futures_util::StreamExt;
-use gpu_metrics_adapter::pods::{PodIndex, PodInfo, Workload};
-use gpu_metrics_adapter::{exposition, http, source};
+use gpu_metrics_adapter::faces::http;
+use gpu_metrics_adapter::fleet;
+use gpu_metrics_adapter::query::AppState;
+use gpu_metrics_adapter::source::pods::{PodIndex, PodInfo, Workload};
+use gpu_metrics_adapter::source::{exposition, scrape};
 use http_body_util::{BodyExt, Empty, Limited};
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
@@ -452,8 +455,9 @@ fn decoded_footprint() -> (f64, usize) {
         }
     };
     let series = exposition::decode(CONTENT_TYPE, &node_body(0)).expect("decodes");
-    let mut bytes =
-        chunk(series.capacity() * std::mem::size_of::<gpu_metrics_adapter::derive::Series>());
+    let mut bytes = chunk(
+        series.capacity() * std::mem::size_of::<gpu_metrics_adapter::source::derive::Series>(),
+    );
     let mut allocs = 1;
     for s in &series {
         bytes += chunk(s.name.capacity())
@@ -504,15 +508,15 @@ fn main() {
     let b = |k: &str| baseline.get(k).copied().unwrap_or(f64::NAN);
 
     let rt = runtime("adapter");
-    let fleet = Arc::new(ArcSwap::from_pointee(source::Fleet::default()));
+    let fleet = Arc::new(ArcSwap::from_pointee(fleet::Fleet::default()));
     let pods = Arc::new(ArcSwap::from_pointee(pod_index()));
-    let state = Arc::new(http::AppState {
+    let state = Arc::new(AppState {
         fleet: fleet.clone(),
         pods: pods.clone(),
         staleness: INTERVAL * 3,
         window_seconds: INTERVAL.as_secs(),
     });
-    let opts = source::ScrapeOptions {
+    let opts = scrape::ScrapeOptions {
         targets: Arc::new(ArcSwap::from_pointee(fake.urls.clone())),
         interval: INTERVAL,
         timeout: TIMEOUT,
@@ -526,8 +530,8 @@ fn main() {
         WARMUP_ROUNDS + MEASURED_ROUNDS
     );
     let t0 = Instant::now();
-    let client = source::client(&opts).expect("scrape client");
-    let scraper = rt.spawn(source::run(opts, client, exposition::decode, fleet.clone()));
+    let client = scrape::client(&opts).expect("scrape client");
+    let scraper = rt.spawn(scrape::run(opts, client, exposition::decode, fleet.clone()));
 
     // Watch publications from this (main) thread; a round starts on the loop's tick.
     let mut rounds: Vec<Round> = Vec::new();
@@ -617,7 +621,7 @@ fn main() {
     );
     scraper.abort();
     std::thread::sleep(Duration::from_millis(200));
-    let quiet_state = Arc::new(http::AppState {
+    let quiet_state = Arc::new(AppState {
         fleet: fleet.clone(),
         pods,
         staleness: Duration::from_secs(3600),

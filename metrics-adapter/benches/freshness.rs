@@ -27,8 +27,11 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::IntoResponse;
 use common::{CONTENT_TYPE, Gpu, Holder, Reading, Rng, exporter_body, machine, percentile};
 use gpu_metrics_adapter::api::format_quantity;
-use gpu_metrics_adapter::pods::PodIndex;
-use gpu_metrics_adapter::{exposition, http, source};
+use gpu_metrics_adapter::faces::http;
+use gpu_metrics_adapter::fleet;
+use gpu_metrics_adapter::query::AppState;
+use gpu_metrics_adapter::source::pods::PodIndex;
+use gpu_metrics_adapter::source::{exposition, scrape};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -128,8 +131,8 @@ async fn run_config(
     url: &str,
 ) -> Vec<Duration> {
     let (sample, scrape) = (cfg.sample / scale, cfg.scrape / scale);
-    let fleet = Arc::new(ArcSwap::from_pointee(source::Fleet::default()));
-    let opts = source::ScrapeOptions {
+    let fleet = Arc::new(ArcSwap::from_pointee(fleet::Fleet::default()));
+    let opts = scrape::ScrapeOptions {
         targets: Arc::new(ArcSwap::from_pointee(vec![url.to_string()])),
         interval: scrape,
         // The default 1.5 s of 2 s.
@@ -138,9 +141,9 @@ async fn run_config(
         auth: Default::default(),
         metrics: Default::default(),
     };
-    let client = source::client(&opts).expect("scrape client");
-    let scraper = tokio::spawn(source::run(opts, client, exposition::decode, fleet.clone()));
-    let router = http::router(Arc::new(http::AppState {
+    let client = scrape::client(&opts).expect("scrape client");
+    let scraper = tokio::spawn(scrape::run(opts, client, exposition::decode, fleet.clone()));
+    let router = http::router(Arc::new(AppState {
         fleet,
         pods: Arc::new(ArcSwap::from_pointee(PodIndex::default())),
         staleness: scrape * 3,

@@ -17,9 +17,9 @@ use axum::body::Body;
 use axum::http::Request;
 use axum::routing::get;
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpu_metrics_adapter::derive::{GpuMetric, PodValues};
-use gpu_metrics_adapter::source::{Fleet, Observed};
-use gpu_metrics_adapter::telemetry::{self, Telemetry};
+use gpu_metrics_adapter::faces::telemetry::{self, Telemetry};
+use gpu_metrics_adapter::fleet::{Fleet, Observed};
+use gpu_metrics_adapter::fleet::{GpuMetric, PodValues};
 use tower::ServiceExt;
 
 const PATH: &str =

@@ -1,5 +1,6 @@
 //! Command-line flags. Serving flags are named as Kubernetes API servers name them.
 
+use crate::error::Error;
 use clap::Parser;
 use kube_support::duration::{self, DurationError};
 use std::path::PathBuf;
@@ -225,15 +226,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// `Name: value` → (name, value), the name a valid HTTP header name.
-pub fn parse_header(text: &str) -> Result<(String, String), String> {
+pub fn parse_header(text: &str) -> Result<(String, String), Error> {
     let (name, value) = text
         .split_once(':')
-        .ok_or_else(|| format!("{text:?} is not `Name: value`"))?;
+        .ok_or_else(|| Error::Config(format!("{text:?} is not `Name: value`")))?;
     let name = name.trim();
     axum::http::HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| format!("{name:?} is not a valid header name"))?;
+        .map_err(|_| Error::Config(format!("{name:?} is not a valid header name")))?;
     axum::http::HeaderValue::from_str(value.trim())
-        .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+        .map_err(|_| Error::Config(format!("the value of {name} is not a valid header value")))?;
     Ok((name.to_string(), value.trim().to_string()))
 }
 
@@ -252,10 +253,10 @@ impl std::fmt::Display for ServiceRef {
 
 /// `NAMESPACE/NAME` → [`ServiceRef`], both DNS labels as Kubernetes requires, so a typo
 /// fails at startup instead of silently watching nothing.
-pub fn parse_service(text: &str) -> Result<ServiceRef, String> {
+pub fn parse_service(text: &str) -> Result<ServiceRef, Error> {
     let (namespace, name) = text
         .split_once('/')
-        .ok_or_else(|| format!("{text:?} is not NAMESPACE/NAME"))?;
+        .ok_or_else(|| Error::Config(format!("{text:?} is not NAMESPACE/NAME")))?;
     for part in [namespace, name] {
         let label = !part.is_empty()
             && part.len() <= 63
@@ -265,9 +266,9 @@ pub fn parse_service(text: &str) -> Result<ServiceRef, String> {
             && !part.starts_with('-')
             && !part.ends_with('-');
         if !label {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "{text:?}: {part:?} is not a namespace or Service name (lowercase letters, digits and '-', at most 63)"
-            ));
+            )));
         }
     }
     Ok(ServiceRef {

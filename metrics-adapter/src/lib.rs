@@ -4,30 +4,37 @@
 //! v1beta1) and `external.metrics.k8s.io` (v1beta1) with GPU metrics, fed straight from
 //! the gpu-exporters, so HPAs scale GPU workloads without a Prometheus in between.
 //!
-//! Data flows one way: [`source`] (scrape the exporters) → [`derive`] (per-pod values) →
-//! a [`source::Fleet`] snapshot swapped atomically → [`query`] (per request, with the
-//! [`pods`] index for selectors and owners) → [`http`] (the API shapes, in [`api`]).
+//! Data flows one way, and no module imports from one downstream of it:
+//!
+//! [`source`] (scrape the exporters or query Prometheus, derive per-pod values; watch
+//! the pods) → [`fleet`] (the snapshot, swapped atomically) → [`query`] (per request:
+//! which pods, which values are fresh; KEDA triggers) → [`faces`] (the metrics APIs,
+//! KEDA gRPC, the adapter's own `/metrics`).
+//!
+//! Beside the flow: [`api`] holds the wire primitives (quantities, `Status`), [`auth`]
+//! the delegated authentication and authorization in front of the faces, [`error`] the
+//! one error type and its `Status` reason, [`config`] the flags.
 
 pub mod api;
 pub mod auth;
 pub mod config;
-pub mod derive;
-pub mod discovery;
 pub mod error;
-pub mod exposition;
-pub mod http;
-pub mod http_client;
-pub mod keda;
-pub mod pods;
-pub mod prometheus;
+pub mod faces;
+pub mod fleet;
 pub mod query;
 pub mod source;
-pub mod telemetry;
 
 use arc_swap::ArcSwap;
 use config::Cli;
 use error::Error;
+use faces::telemetry::{self, Telemetry};
+use faces::{http, keda};
+use fleet::Fleet;
+use query::AppState;
+use source::pods::{self, PodIndex};
+use source::{SourceMetrics, discovery, exposition, prometheus, scrape};
 use std::sync::Arc;
+use tokio::sync::watch;
 
 /// Run the adapter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<(), Error> {
@@ -41,155 +48,193 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         .worker_threads(2)
         .thread_name("adapter")
         .enable_all()
-        .build()
-        .map_err(Error::Io)?;
-    runtime.block_on(async move {
-        let fleet = Arc::new(ArcSwap::from_pointee(source::Fleet::default()));
-        let pods = Arc::new(ArcSwap::from_pointee(pods::PodIndex::default()));
-        // Static from --exporter-url, else kept current by EndpointSlice discovery.
-        let targets = Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone()));
-        let telemetry = Arc::new(telemetry::Telemetry::new(fleet.clone(), cli.staleness()));
-        let discover = cli.exporter_urls.is_empty() && cli.prometheus_url.is_none();
-        if let Some(url) = &cli.prometheus_url {
-            tracing::info!(url = %url, "source: Prometheus-compatible API");
-            tokio::spawn(prometheus::run(
-                prometheus::PrometheusOptions {
-                    url: url.clone(),
-                    headers: cli.prometheus_headers.clone(),
-                    bearer_token_file: cli.prometheus_bearer_token_file.clone(),
-                    ca_file: cli.prometheus_ca_file.clone(),
-                    interval: cli.scrape_interval,
-                    timeout: cli.scrape_timeout,
-                    staleness: cli.staleness(),
-                    metrics: telemetry.source.clone(),
-                },
-                fleet.clone(),
-            ));
-        } else {
-            let opts = source::ScrapeOptions {
-                targets: targets.clone(),
+        .build()?;
+    runtime.block_on(serve(cli))
+}
+
+/// source → fleet → query → faces, then serve until stopped.
+async fn serve(cli: Cli) -> Result<(), Error> {
+    let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
+    let pods = Arc::new(ArcSwap::from_pointee(PodIndex::default()));
+    let telemetry = Arc::new(Telemetry::new(fleet.clone(), cli.staleness()));
+    let targets = start_source(&cli, fleet.clone(), telemetry.source.clone())?;
+    start_watches(&cli, targets, pods.clone()).await?;
+    let state = Arc::new(AppState {
+        fleet,
+        pods,
+        staleness: cli.staleness(),
+        window_seconds: cli.scrape_interval.as_secs().max(1),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let grpc = serve_grpc(&cli, state.clone(), &telemetry, stopped.clone()).await?;
+    tokio::spawn(async move {
+        kube_support::shutdown::signal().await;
+        let _ = stop.send(true);
+    });
+    serve_api(&cli, state, &telemetry, stopped).await?;
+    grpc.await
+        .map_err(|e| Error::Config(format!("the gRPC server task failed: {e}")))??;
+    Ok(())
+}
+
+/// Start the source the flags name, publishing into `fleet`. Returns the exporter
+/// targets (static from --exporter-url, else for EndpointSlice discovery to keep
+/// current), or `None` when there are no exporters to discover.
+fn start_source(
+    cli: &Cli,
+    fleet: Arc<ArcSwap<Fleet>>,
+    metrics: SourceMetrics,
+) -> Result<Option<Arc<ArcSwap<Vec<String>>>>, Error> {
+    if let Some(url) = &cli.prometheus_url {
+        tracing::info!(url = %url, "source: Prometheus-compatible API");
+        tokio::spawn(prometheus::run(
+            prometheus::PrometheusOptions {
+                url: url.clone(),
+                headers: cli.prometheus_headers.clone(),
+                bearer_token_file: cli.prometheus_bearer_token_file.clone(),
+                ca_file: cli.prometheus_ca_file.clone(),
                 interval: cli.scrape_interval,
                 timeout: cli.scrape_timeout,
-                accept: exposition::ACCEPT,
-                auth: source::ExporterAuth {
-                    tls: http_client::TlsOptions {
-                        ca_file: cli.exporter_ca_file.clone(),
-                        server_name: cli.exporter_tls_server_name.clone(),
-                    },
-                    basic_auth: cli
-                        .exporter_basic_auth_username
-                        .clone()
-                        .zip(cli.exporter_basic_auth_password_file.clone()),
-                },
-                metrics: telemetry.source.clone(),
-            };
-            let client = source::client(&opts).map_err(|e| {
-                Error::Config(format!("the exporter scrape client: {e}"))
-            })?;
-            tokio::spawn(source::run(opts, client, exposition::decode, fleet.clone()));
-        }
-        match kube_support::client(cli.kubeconfig.as_deref()).await {
-            Ok(client) => {
-                if discover {
-                    tokio::spawn(discovery::watch_exporters(
-                        client.clone(),
-                        cli.exporter_service.clone(),
-                        cli.exporter_port_name.clone(),
-                        cli.exporter_scheme.clone(),
-                        targets,
-                    ));
-                }
-                tokio::spawn(pods::watch(client, pods.clone()));
-            }
-            Err(e) if discover => {
-                return Err(Error::Config(format!(
-                    "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
-                    cli.exporter_service
-                )));
-            }
-            Err(e) => tracing::warn!(error = %e, "no Kubernetes API access: label selectors and workload metrics are unavailable"),
-        }
-        let state = Arc::new(http::AppState {
+                staleness: cli.staleness(),
+                metrics,
+            },
             fleet,
-            pods,
-            staleness: cli.staleness(),
-            window_seconds: cli.scrape_interval.as_secs().max(1),
-        });
-        // /metrics sits behind authentication and authorization like every other path
-        // (a SubjectAccessReview for the non-resource path, as Kubernetes API servers
-        // guard theirs); the request counter wraps both, so refusals are counted.
-        let mut api = http::router(state.clone()).merge(telemetry.router());
-        let (api_tls, grpc_tls) = if cli.insecure_serve_http {
-            (None, None)
-        } else {
-            let auth = start_auth(&cli, telemetry.auth.clone()).await?;
-            api = api.layer(axum::middleware::from_fn_with_state(auth, auth::middleware));
-            let api_tls = serving_tls(&cli, tls_serving::ClientAuth::Request, None)?;
-            let grpc_tls = if cli.grpc_insecure {
-                tracing::warn!("KEDA external scaler gRPC in plain text (--grpc-insecure)");
-                None
-            } else {
-                Some(serving_tls(
-                    &cli,
-                    tls_serving::ClientAuth::None,
-                    cli.grpc_client_ca_file.clone(),
-                )?)
-            };
-            (Some(api_tls), grpc_tls)
-        };
-        let api = api.layer(axum::middleware::from_fn_with_state(
-            telemetry.clone(),
-            telemetry::track_http,
         ));
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let stopping = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
+        return Ok(None);
+    }
+    let targets = Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone()));
+    let opts = scrape::ScrapeOptions {
+        targets: targets.clone(),
+        interval: cli.scrape_interval,
+        timeout: cli.scrape_timeout,
+        accept: exposition::ACCEPT,
+        auth: scrape::ExporterAuth {
+            tls: source::http_client::TlsOptions {
+                ca_file: cli.exporter_ca_file.clone(),
+                server_name: cli.exporter_tls_server_name.clone(),
+            },
+            basic_auth: cli
+                .exporter_basic_auth_username
+                .clone()
+                .zip(cli.exporter_basic_auth_password_file.clone()),
+        },
+        metrics,
+    };
+    let client = scrape::client(&opts)
+        .map_err(|e| Error::Config(format!("the exporter scrape client: {e}")))?;
+    tokio::spawn(scrape::run(opts, client, exposition::decode, fleet));
+    Ok(cli.exporter_urls.is_empty().then_some(targets))
+}
 
-        let grpc_address = format!("{}:{}", cli.bind_address, cli.grpc_port);
-        let grpc_listener = tokio::net::TcpListener::bind(&grpc_address)
-            .await
-            .map_err(|e| Error::Listen(grpc_address.clone(), e))?;
-        let grpc_local = grpc_listener.local_addr().map_err(Error::Io)?;
-        tracing::info!(grpc_address = %grpc_local, tls = grpc_tls.is_some(), mutual_tls = cli.grpc_client_ca_file.is_some(), "KEDA external scaler ready");
-        let scaler = keda::Scaler::new(state.clone(), cli.scrape_interval);
-        let grpc = tonic::service::Routes::new(
-            keda::proto::external_scaler_server::ExternalScalerServer::new(scaler),
-        )
-        .into_axum_router()
-        .layer(axum::middleware::from_fn_with_state(
-            telemetry.clone(),
-            telemetry::track_grpc,
-        ));
-        let grpc_served = tokio::spawn(tls_serving::serve(
-            grpc_listener,
-            grpc_tls,
-            grpc,
-            stopping(stopped.clone()),
-        ));
-
-        let address = format!("{}:{}", cli.bind_address, cli.secure_port);
-        let listener = tokio::net::TcpListener::bind(&address)
-            .await
-            .map_err(|e| Error::Listen(address.clone(), e))?;
-        let local = listener.local_addr().map_err(Error::Io)?;
-        tracing::info!(address = %local, tls = api_tls.is_some(), "listening");
-        tokio::spawn(async move {
-            kube_support::shutdown::signal().await;
-            let _ = stop.send(true);
-        });
-        tls_serving::serve(listener, api_tls, api, stopping(stopped))
-            .await
-            .map_err(Error::Io)?;
-        match grpc_served.await {
-            Ok(result) => result.map_err(Error::Io),
-            Err(e) => Err(Error::Config(format!("the gRPC server task failed: {e}"))),
+/// The pod watch, and exporter discovery when `targets` are to be discovered. Without
+/// API access the adapter still serves unselected pod metrics, unless it has no other
+/// way to find the exporters.
+async fn start_watches(
+    cli: &Cli,
+    targets: Option<Arc<ArcSwap<Vec<String>>>>,
+    pods: Arc<ArcSwap<PodIndex>>,
+) -> Result<(), Error> {
+    match kube_support::client(cli.kubeconfig.as_deref()).await {
+        Ok(client) => {
+            if let Some(targets) = targets {
+                tokio::spawn(discovery::watch_exporters(
+                    client.clone(),
+                    cli.exporter_service.clone(),
+                    cli.exporter_port_name.clone(),
+                    cli.exporter_scheme.clone(),
+                    targets,
+                ));
+            }
+            tokio::spawn(pods::watch(client, pods));
+            Ok(())
         }
-    })
+        Err(e) if targets.is_some() => Err(Error::Config(format!(
+            "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
+            cli.exporter_service
+        ))),
+        Err(e) => {
+            tracing::warn!(error = %e, "no Kubernetes API access: label selectors and workload metrics are unavailable");
+            Ok(())
+        }
+    }
+}
+
+/// A future that resolves once `stopped` turns true.
+async fn stopping(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+async fn listen(address: String) -> Result<tokio::net::TcpListener, Error> {
+    tokio::net::TcpListener::bind(&address)
+        .await
+        .map_err(|source| Error::Listen { address, source })
+}
+
+/// KEDA's external scaler on --grpc-port, served in the background until `stopped`.
+async fn serve_grpc(
+    cli: &Cli,
+    state: Arc<AppState>,
+    telemetry: &Arc<Telemetry>,
+    stopped: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<Result<(), Error>>, Error> {
+    let tls = if cli.insecure_serve_http || cli.grpc_insecure {
+        if cli.grpc_insecure {
+            tracing::warn!("KEDA external scaler gRPC in plain text (--grpc-insecure)");
+        }
+        None
+    } else {
+        Some(serving_tls(
+            cli,
+            tls_serving::ClientAuth::None,
+            cli.grpc_client_ca_file.clone(),
+        )?)
+    };
+    let listener = listen(format!("{}:{}", cli.bind_address, cli.grpc_port)).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(grpc_address = %local, tls = tls.is_some(), mutual_tls = cli.grpc_client_ca_file.is_some(), "KEDA external scaler ready");
+    let scaler = keda::Scaler::new(state, cli.scrape_interval);
+    let grpc = tonic::service::Routes::new(
+        keda::proto::external_scaler_server::ExternalScalerServer::new(scaler),
+    )
+    .into_axum_router()
+    .layer(axum::middleware::from_fn_with_state(
+        telemetry.clone(),
+        telemetry::track_grpc,
+    ));
+    Ok(tokio::spawn(async move {
+        Ok(tls_serving::serve(listener, tls, grpc, stopping(stopped)).await?)
+    }))
+}
+
+/// The metrics APIs and the adapter's own `/metrics` on --secure-port, until `stopped`.
+/// `/metrics` sits behind authentication and authorization like every other path (a
+/// SubjectAccessReview for the non-resource path, as Kubernetes API servers guard
+/// theirs); the request counter wraps both, so refusals are counted.
+async fn serve_api(
+    cli: &Cli,
+    state: Arc<AppState>,
+    telemetry: &Arc<Telemetry>,
+    stopped: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let mut api = http::router(state).merge(telemetry.router());
+    let mut tls = None;
+    if !cli.insecure_serve_http {
+        let auth = start_auth(cli, telemetry.auth.clone()).await?;
+        api = api.layer(axum::middleware::from_fn_with_state(auth, auth::middleware));
+        tls = Some(serving_tls(cli, tls_serving::ClientAuth::Request, None)?);
+    }
+    let api = api.layer(axum::middleware::from_fn_with_state(
+        telemetry.clone(),
+        telemetry::track_http,
+    ));
+    let listener = listen(format!("{}:{}", cli.bind_address, cli.secure_port)).await?;
+    let local = listener.local_addr()?;
+    tracing::info!(address = %local, tls = tls.is_some(), "listening");
+    Ok(tls_serving::serve(listener, tls, api, stopping(stopped)).await?)
 }
 
 /// Delegated authentication and authorization, with the API clients their flags name.
-async fn start_auth(cli: &Cli, metrics: telemetry::AuthMetrics) -> Result<Arc<auth::Auth>, Error> {
+async fn start_auth(cli: &Cli, metrics: auth::AuthMetrics) -> Result<Arc<auth::Auth>, Error> {
     let client_for = |purpose: &'static str, path: Option<std::path::PathBuf>| async move {
         kube_support::client(path.as_deref()).await.map_err(|e| {
             Error::Config(format!(
@@ -232,9 +277,7 @@ async fn start_auth(cli: &Cli, metrics: telemetry::AuthMetrics) -> Result<Arc<au
         always_allow_paths: cli.authorization_always_allow_paths.clone(),
         metrics,
     };
-    auth::Auth::start(settings, authn, authz)
-        .await
-        .map_err(Error::Config)
+    auth::Auth::start(settings, authn, authz).await
 }
 
 /// How often serving certificate, key and client-CA files are checked for changes.

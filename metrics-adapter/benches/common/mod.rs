@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use gpu_metrics_adapter::exposition::proto::{
+use gpu_metrics_adapter::source::exposition::proto::{
     Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prost::Message;

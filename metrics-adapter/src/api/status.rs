@@ -47,6 +47,19 @@ impl Reason {
         }
     }
 
+    /// The gRPC code of the same failure, for the KEDA external scaler.
+    pub const fn grpc_code(self) -> tonic::Code {
+        match self {
+            Self::BadRequest => tonic::Code::InvalidArgument,
+            Self::Unauthorized => tonic::Code::Unauthenticated,
+            Self::Forbidden => tonic::Code::PermissionDenied,
+            Self::NotFound => tonic::Code::NotFound,
+            Self::MethodNotAllowed => tonic::Code::Unimplemented,
+            Self::InternalError => tonic::Code::Internal,
+            Self::ServiceUnavailable => tonic::Code::Unavailable,
+        }
+    }
+
     /// The HTTP status code, also the body's `code`.
     pub const fn code(self) -> u16 {
         match self {

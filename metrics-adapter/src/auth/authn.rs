@@ -13,6 +13,7 @@ use rustls_pki_types::CertificateDer;
 
 use super::User;
 use super::x509;
+use crate::error::Error;
 
 pub const CONFIG_MAP_NAMESPACE: &str = "kube-system";
 pub const CONFIG_MAP_NAME: &str = "extension-apiserver-authentication";
@@ -57,8 +58,8 @@ pub struct RequestHeaderSettings {
 
 impl RequestHeaderSettings {
     /// With `ca`, a checked configuration; header names must be valid.
-    pub fn with_ca(&self, ca: Arc<RootCertStore>) -> Result<RequestHeaderConfig, String> {
-        let names = |list: &[String], default: &[&str]| -> Result<Vec<HeaderName>, String> {
+    pub fn with_ca(&self, ca: Arc<RootCertStore>) -> Result<RequestHeaderConfig, Error> {
+        let names = |list: &[String], default: &[&str]| -> Result<Vec<HeaderName>, Error> {
             let list: Vec<&str> = if list.is_empty() {
                 default.to_vec()
             } else {
@@ -67,7 +68,7 @@ impl RequestHeaderSettings {
             list.iter()
                 .map(|n| {
                     HeaderName::from_bytes(n.trim().as_bytes())
-                        .map_err(|_| format!("{n:?} is not a header name"))
+                        .map_err(|_| Error::Config(format!("{n:?} is not a header name")))
                 })
                 .collect()
         };
@@ -122,7 +123,7 @@ impl FlagSources {
     pub fn build(
         &self,
         config_map: Option<&BTreeMap<String, String>>,
-    ) -> Result<AuthnConfig, String> {
+    ) -> Result<AuthnConfig, Error> {
         let client_ca = match &self.client_ca_file {
             Some(path) => Some(load_ca(path)?),
             None => config_map
@@ -140,12 +141,14 @@ impl FlagSources {
                 {
                     Some(pem) => {
                         let ca = ca_from_pem("requestheader-client-ca-file", pem)?;
-                        let list = |key: &str| -> Result<Vec<String>, String> {
+                        let list = |key: &str| -> Result<Vec<String>, Error> {
                             match data.get(key) {
                                 None => Ok(Vec::new()),
                                 Some(text) if text.trim().is_empty() => Ok(Vec::new()),
                                 Some(text) => serde_json::from_str(text).map_err(|e| {
-                                    format!("{key}: not a JSON array of strings: {e}")
+                                    Error::Config(format!(
+                                        "{key}: not a JSON array of strings: {e}"
+                                    ))
                                 }),
                             }
                         };
@@ -170,16 +173,20 @@ impl FlagSources {
     }
 }
 
-fn load_ca(path: &Path) -> Result<Arc<RootCertStore>, String> {
+fn load_ca(path: &Path) -> Result<Arc<RootCertStore>, Error> {
     tls_serving::load_ca_bundle(path)
         .map(Arc::new)
-        .map_err(|e| e.to_string())
+        .map_err(|e| Error::Tls(e.to_string()))
 }
 
-fn ca_from_pem(key: &str, pem: &str) -> Result<Arc<RootCertStore>, String> {
+fn ca_from_pem(key: &str, pem: &str) -> Result<Arc<RootCertStore>, Error> {
     tls_serving::ca_bundle_from_pem(Path::new(key), pem.as_bytes())
         .map(Arc::new)
-        .map_err(|e| format!("ConfigMap {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME}: {e}"))
+        .map_err(|e| {
+            Error::Tls(format!(
+                "ConfigMap {CONFIG_MAP_NAMESPACE}/{CONFIG_MAP_NAME}: {e}"
+            ))
+        })
 }
 
 /// One authenticator's verdict, as k8s.io/apiserver's `(response, ok, err)`.
@@ -350,7 +357,10 @@ mod tests {
             "not a pem".to_string(),
         );
         let err = FlagSources::default().build(Some(&data)).unwrap_err();
-        assert!(err.contains("requestheader-client-ca-file"), "{err}");
+        assert!(
+            err.to_string().contains("requestheader-client-ca-file"),
+            "{err}"
+        );
     }
 
     /// A CA and a client certificate it issued, as DER.

@@ -23,13 +23,17 @@
 pub mod attributes;
 pub mod authn;
 pub mod cache;
+mod metrics;
 pub mod review;
 pub mod x509;
+
+pub use metrics::AuthMetrics;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::Error;
 use arc_swap::ArcSwap;
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -41,7 +45,7 @@ use kube::Api;
 use kube::runtime::watcher;
 use tls_serving::PeerCertificates;
 
-use crate::api::status::ApiError;
+use crate::api::ApiError;
 use attributes::Attributes;
 use authn::{AuthnConfig, FlagSources, Verdict};
 use review::{AccessReviewer, TokenReviewer};
@@ -79,7 +83,7 @@ pub struct AuthSettings {
     /// Exact paths, or prefixes ending in `*`.
     pub always_allow_paths: Vec<String>,
     /// Where authentications and reviews are counted.
-    pub metrics: crate::telemetry::AuthMetrics,
+    pub metrics: AuthMetrics,
 }
 
 /// The state the middleware reads.
@@ -89,7 +93,7 @@ pub struct Auth {
     access: AccessReviewer,
     always_allow_paths: Vec<String>,
     anonymous: bool,
-    metrics: crate::telemetry::AuthMetrics,
+    metrics: AuthMetrics,
 }
 
 impl Auth {
@@ -99,7 +103,7 @@ impl Auth {
         settings: AuthSettings,
         authn_client: kube::Client,
         authz_client: kube::Client,
-    ) -> Result<Arc<Auth>, String> {
+    ) -> Result<Arc<Auth>, Error> {
         let lookup = settings.sources.needs_lookup() && !settings.skip_lookup;
         let config_maps: Api<ConfigMap> =
             Api::namespaced(authn_client.clone(), authn::CONFIG_MAP_NAMESPACE);
@@ -121,22 +125,22 @@ impl Auth {
                     None
                 }
                 Ok(Err(e)) => {
-                    return Err(format!(
+                    return Err(Error::Config(format!(
                         "reading ConfigMap {}/{}: {e} (the adapter needs the extension-apiserver-authentication-reader Role; --authentication-tolerate-lookup-failure starts anyway)",
                         authn::CONFIG_MAP_NAMESPACE,
                         authn::CONFIG_MAP_NAME
-                    ));
+                    )));
                 }
                 Err(_) if settings.tolerate_lookup_failure => {
                     tracing::warn!("reading the authentication ConfigMap timed out (tolerated)");
                     None
                 }
                 Err(_) => {
-                    return Err(format!(
+                    return Err(Error::Config(format!(
                         "reading ConfigMap {}/{} timed out after {LOOKUP_TIMEOUT:?}",
                         authn::CONFIG_MAP_NAMESPACE,
                         authn::CONFIG_MAP_NAME
-                    ));
+                    )));
                 }
             }
         } else {
@@ -160,7 +164,7 @@ impl Auth {
             tls_serving::watch_files("client CAs", files, CA_FILE_POLL, move || {
                 let built = sources
                     .build(latest_data.load().as_ref().as_ref())
-                    .map_err(|e| (e, None))?;
+                    .map_err(|e| (e.to_string(), None))?;
                 config.store(Arc::new(built));
                 Ok(sources.files())
             });
@@ -190,7 +194,7 @@ impl Auth {
         config: &AuthnConfig,
         chain: &[rustls_pki_types::CertificateDer<'static>],
         headers: &axum::http::HeaderMap,
-    ) -> Result<User, String> {
+    ) -> Result<User, Error> {
         let (outcome, result) = self.authenticate_by(config, chain, headers).await;
         self.metrics.authenticated(outcome);
         result
@@ -202,7 +206,7 @@ impl Auth {
         config: &AuthnConfig,
         chain: &[rustls_pki_types::CertificateDer<'static>],
         headers: &axum::http::HeaderMap,
-    ) -> (&'static str, Result<User, String>) {
+    ) -> (&'static str, Result<User, Error>) {
         let mut failures = Vec::new();
         for (method, verdict) in [
             ("front-proxy", config.front_proxy(chain, headers)),
@@ -218,13 +222,15 @@ impl Auth {
             match self.tokens.review(token).await {
                 Ok(Some(user)) => return ("token", Ok(with_authenticated_group(user))),
                 Ok(None) => failures.push("invalid bearer token".into()),
-                Err(e) => failures.push(e),
+                Err(e) => failures.push(e.to_string()),
             }
         }
         if failures.is_empty() && !self.anonymous {
             (
                 "failure",
-                Err("no credentials, and anonymous authentication is off".into()),
+                Err(Error::Unauthenticated(
+                    "no credentials, and anonymous authentication is off".into(),
+                )),
             )
         } else if failures.is_empty() {
             let anonymous = User {
@@ -234,7 +240,7 @@ impl Auth {
             };
             ("anonymous", Ok(anonymous))
         } else {
-            ("failure", Err(failures.join("; ")))
+            ("failure", Err(Error::Unauthenticated(failures.join("; "))))
         }
     }
 

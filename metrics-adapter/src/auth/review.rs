@@ -10,9 +10,10 @@ use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use kube::Api;
 use kube::api::PostParams;
 
+use super::AuthMetrics;
 use super::User;
 use super::cache::TtlCache;
-use crate::telemetry::AuthMetrics;
+use crate::error::Error;
 
 const TOKEN_REVIEW: &str = "TokenReview";
 const ACCESS_REVIEW: &str = "SubjectAccessReview";
@@ -45,7 +46,7 @@ impl TokenReviewer {
 
     /// The user the token belongs to, `None` if it is not valid, or why the API server
     /// could not say.
-    pub async fn review(&self, token: &str) -> Result<Option<User>, String> {
+    pub async fn review(&self, token: &str) -> Result<Option<User>, Error> {
         if let Some(answer) = self.cache.get(&token.to_string()) {
             self.metrics.cached(TOKEN_REVIEW);
             return Ok(answer);
@@ -63,7 +64,7 @@ impl TokenReviewer {
         Ok(answer)
     }
 
-    async fn ask(&self, token: &str) -> Result<Option<User>, String> {
+    async fn ask(&self, token: &str) -> Result<Option<User>, Error> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_string()),
@@ -76,8 +77,8 @@ impl TokenReviewer {
             self.api.create(&PostParams::default(), &review),
         )
         .await
-        .map_err(|_| "TokenReview timed out".to_string())?
-        .map_err(|e| format!("TokenReview failed: {e}"))?;
+        .map_err(|_| Error::Review("TokenReview timed out".into()))?
+        .map_err(|e| Error::Review(format!("TokenReview failed: {e}")))?;
         let status = created.status.unwrap_or_default();
         let answer = match (status.authenticated, status.user) {
             (Some(true), Some(info)) => Some(User {
@@ -124,11 +125,11 @@ impl AccessReviewer {
         }
     }
 
-    pub async fn review(&self, review: &SubjectAccessReview) -> Result<Decision, String> {
+    pub async fn review(&self, review: &SubjectAccessReview) -> Result<Decision, Error> {
         // The spec's JSON is a faithful key: `extra` is a BTreeMap and group order is
         // the request's, so equal requests give equal keys.
         let key = serde_json::to_string(&review.spec)
-            .map_err(|e| format!("encoding a SubjectAccessReview: {e}"))?;
+            .map_err(|e| Error::Review(format!("encoding a SubjectAccessReview: {e}")))?;
         if let Some(decision) = self.cache.get(&key) {
             self.metrics.cached(ACCESS_REVIEW);
             return Ok(decision);
@@ -151,14 +152,14 @@ impl AccessReviewer {
         Ok(decision)
     }
 
-    async fn ask(&self, review: &SubjectAccessReview) -> Result<Decision, String> {
+    async fn ask(&self, review: &SubjectAccessReview) -> Result<Decision, Error> {
         let created = tokio::time::timeout(
             REVIEW_TIMEOUT,
             self.api.create(&PostParams::default(), review),
         )
         .await
-        .map_err(|_| "SubjectAccessReview timed out".to_string())?
-        .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+        .map_err(|_| Error::Review("SubjectAccessReview timed out".into()))?
+        .map_err(|e| Error::Review(format!("SubjectAccessReview failed: {e}")))?;
         let status = created.status.unwrap_or_default();
         Ok(Decision {
             allowed: status.allowed && status.denied != Some(true),

@@ -2,6 +2,7 @@
 //! does: the leaf must chain to the CA (intermediates from the peer's chain), be valid
 //! now, and allow client authentication.
 
+use crate::error::Error;
 use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
@@ -19,12 +20,12 @@ pub struct Subject {
 pub fn verify_client(
     chain: &[CertificateDer<'_>],
     roots: &RootCertStore,
-) -> Result<Subject, String> {
+) -> Result<Subject, Error> {
     let Some((leaf, intermediates)) = chain.split_first() else {
-        return Err("no client certificate".into());
+        return Err(Error::Unauthenticated("no client certificate".into()));
     };
     let end_entity = webpki::EndEntityCert::try_from(leaf)
-        .map_err(|e| format!("unparsable client certificate: {e}"))?;
+        .map_err(|e| Error::Unauthenticated(format!("unparsable client certificate: {e}")))?;
     let algorithms = rustls::crypto::ring::default_provider()
         .signature_verification_algorithms
         .all;
@@ -38,14 +39,16 @@ pub fn verify_client(
             None,
             None,
         )
-        .map_err(|e| format!("verifying certificate {}: {e}", describe(leaf)))?;
+        .map_err(|e| {
+            Error::Unauthenticated(format!("verifying certificate {}: {e}", describe(leaf)))
+        })?;
     subject(leaf)
 }
 
 /// The CN and O fields of a certificate's subject.
-pub fn subject(cert: &CertificateDer<'_>) -> Result<Subject, String> {
+pub fn subject(cert: &CertificateDer<'_>) -> Result<Subject, Error> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert)
-        .map_err(|e| format!("unparsable client certificate: {e}"))?;
+        .map_err(|e| Error::Unauthenticated(format!("unparsable client certificate: {e}")))?;
     let subject = parsed.subject();
     let common_name = subject
         .iter_common_name()

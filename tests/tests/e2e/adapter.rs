@@ -258,8 +258,8 @@ fn kubectl_get_raw_reads_every_way_in() {
 /// activation flip when the workload's pods go away and come back.
 #[test]
 fn the_keda_external_scaler_answers_all_four_rpcs() {
-    use gpu_metrics_adapter::keda::proto::external_scaler_client::ExternalScalerClient;
-    use gpu_metrics_adapter::keda::proto::{GetMetricsRequest, ScaledObjectRef};
+    use gpu_metrics_adapter::faces::keda::proto::external_scaler_client::ExternalScalerClient;
+    use gpu_metrics_adapter::faces::keda::proto::{GetMetricsRequest, ScaledObjectRef};
 
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);

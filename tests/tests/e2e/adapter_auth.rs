@@ -641,8 +641,8 @@ fn kubectl_get_raw_with_a_client_certificate() {
 /// --grpc-client-ca-file mutual TLS: no client certificate, no call.
 #[test]
 fn the_keda_grpc_port_speaks_tls_and_mutual_tls() {
-    use gpu_metrics_adapter::keda::proto::ScaledObjectRef;
-    use gpu_metrics_adapter::keda::proto::external_scaler_client::ExternalScalerClient;
+    use gpu_metrics_adapter::faces::keda::proto::ScaledObjectRef;
+    use gpu_metrics_adapter::faces::keda::proto::external_scaler_client::ExternalScalerClient;
 
     let node = KubeNode::start(SCENARIO, "node-a");
     let exporter = attributed_exporter(&node, SCENARIO);

@@ -1,13 +1,28 @@
 //! Answers to metric queries over the latest fleet view and the pod index: which pods
-//! an object covers, which of their values are fresh, and how they combine.
+//! an object covers, which of their values are fresh, and how they combine; the
+//! [`AppState`] every face answers from, and KEDA [`trigger`]s.
 //!
 //! Deterministic by construction, so two replicas with the same data answer the same:
 //! pods are visited in name order and combined in that order.
 
-use crate::derive::{GpuMetric, PodKey};
-use crate::pods::{PodIndex, Workload};
-use crate::source::{Fleet, Observed};
+pub mod trigger;
+
+use crate::error::Error;
+use crate::fleet::{Fleet, GpuMetric, Observed, PodKey};
+use crate::source::pods::{PodIndex, Workload};
+use arc_swap::ArcSwap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+
+/// What every face answers from: the fleet view and the pod index the sources keep
+/// current, and how old a value may be.
+pub struct AppState {
+    pub fleet: Arc<ArcSwap<Fleet>>,
+    pub pods: Arc<ArcSwap<PodIndex>>,
+    pub staleness: Duration,
+    /// The window reported with each value (the scrape interval).
+    pub window_seconds: u64,
+}
 
 /// One pod's fresh value.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,14 +67,6 @@ pub enum Scope<'a> {
     Namespace,
 }
 
-/// Why a query cannot be answered from what is known.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum QueryError {
-    /// A selector or workload needs pod labels or owners, and the pod watch has not
-    /// synced yet.
-    PodsUnknown,
-}
-
 fn fresh(o: &Observed, metric: GpuMetric, now: Instant, staleness: Duration) -> Option<f64> {
     (now.saturating_duration_since(o.seen) <= staleness)
         .then(|| o.values.values.get(&metric).copied())
@@ -75,7 +82,7 @@ pub fn pod_values(
     metric: GpuMetric,
     now: Instant,
     staleness: Duration,
-) -> Result<Answer, QueryError> {
+) -> Result<Answer, Error> {
     // The covered pods' names, sorted.
     let mut names: Vec<&str> = match scope {
         Scope::Pod(name) => vec![name],
@@ -105,7 +112,7 @@ pub fn pod_values(
             .collect(),
         Scope::Selected(sel) => {
             if !pods.synced {
-                return Err(QueryError::PodsUnknown);
+                return Err(Error::PodsUnknown);
             }
             pods.pods
                 .iter()
@@ -115,7 +122,7 @@ pub fn pod_values(
         }
         Scope::Workload(w) => {
             if !pods.synced {
-                return Err(QueryError::PodsUnknown);
+                return Err(Error::PodsUnknown);
             }
             pods.pods
                 .iter()
@@ -149,8 +156,8 @@ pub fn pod_values(
 mod tests {
     use super::*;
     use crate::api::selector::Selector;
-    use crate::derive::PodValues;
-    use crate::pods::PodInfo;
+    use crate::fleet::PodValues;
+    use crate::source::pods::PodInfo;
 
     fn fleet(now: Instant) -> Fleet {
         let mut f = Fleet::default();
@@ -218,7 +225,7 @@ mod tests {
         let now = Instant::now() + Duration::from_secs(120);
         let sel = Selector::parse("app=web").unwrap();
         let unsynced = PodIndex::default();
-        assert_eq!(
+        assert!(matches!(
             pod_values(
                 &fleet(now),
                 &unsynced,
@@ -228,8 +235,8 @@ mod tests {
                 now,
                 Duration::from_secs(6)
             ),
-            Err(QueryError::PodsUnknown)
-        );
+            Err(Error::PodsUnknown)
+        ));
         let w = Workload {
             resource: "deployments.apps",
             name: "web".into(),

@@ -4,7 +4,9 @@
 //! A failed or slow exporter keeps its last values with their old timestamp, so they
 //! age out of answers after `--max-staleness` instead of vanishing at the first blip.
 
-use crate::derive::{PodKey, PodValues, Series, pod_values};
+use super::derive::{Series, pod_values};
+use crate::error::Error;
+use crate::fleet::{Fleet, Observed, PodKey, PodValues};
 use arc_swap::ArcSwap;
 use axum::body::Bytes;
 use futures_util::StreamExt;
@@ -18,28 +20,8 @@ const CONCURRENCY: usize = 256;
 /// Largest scrape body accepted (a big node's full scrape is ~200 KB).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
-/// What the exporters last said about one pod.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observed {
-    pub values: PodValues,
-    /// When the scrape that produced these values finished.
-    pub at: SystemTime,
-    pub seen: Instant,
-}
-
-/// The latest view of the fleet.
-#[derive(Debug, Clone, Default)]
-pub struct Fleet {
-    pub pods: HashMap<PodKey, Observed>,
-    /// Targets in the last round, and how many answered.
-    pub targets: usize,
-    pub answered: usize,
-    /// When a round last got at least one answer.
-    pub last_answer: Option<Instant>,
-}
-
 /// Turns a scrape body into series.
-pub type Decoder = fn(content_type: &str, body: &[u8]) -> Result<Vec<Series>, String>;
+pub type Decoder = fn(content_type: &str, body: &[u8]) -> Result<Vec<Series>, Error>;
 
 /// How to scrape.
 #[derive(Debug, Clone)]
@@ -54,13 +36,13 @@ pub struct ScrapeOptions {
     /// TLS and basic auth for exporters that require them (`--web-config-file`).
     pub auth: ExporterAuth,
     /// Where scrape results and round durations are counted.
-    pub metrics: crate::telemetry::SourceMetrics,
+    pub metrics: super::SourceMetrics,
 }
 
 /// How the exporters want to be asked.
 #[derive(Debug, Clone, Default)]
 pub struct ExporterAuth {
-    pub tls: crate::http_client::TlsOptions,
+    pub tls: super::http_client::TlsOptions,
     /// User name and the file with the password, read every round so a rotated Secret
     /// applies without a restart.
     pub basic_auth: Option<(String, std::path::PathBuf)>,
@@ -68,13 +50,17 @@ pub struct ExporterAuth {
 
 impl ExporterAuth {
     /// The `Authorization` header to send, if any.
-    fn authorization(&self) -> Result<Option<axum::http::HeaderValue>, String> {
+    fn authorization(&self) -> Result<Option<axum::http::HeaderValue>, Error> {
         use base64::Engine;
         let Some((user, file)) = &self.basic_auth else {
             return Ok(None);
         };
-        let password = std::fs::read_to_string(file)
-            .map_err(|e| format!("reading the exporter password {}: {e}", file.display()))?;
+        let password = std::fs::read_to_string(file).map_err(|e| {
+            Error::Config(format!(
+                "reading the exporter password {}: {e}",
+                file.display()
+            ))
+        })?;
         // A trailing newline from `echo` or `kubectl create secret --from-file` is not
         // part of the password, as Prometheus's password_file reads it.
         let password = password.trim_end_matches(['\r', '\n']);
@@ -82,11 +68,11 @@ impl ExporterAuth {
             base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         axum::http::HeaderValue::from_str(&format!("Basic {credentials}"))
             .map(Some)
-            .map_err(|e| format!("exporter credentials: {e}"))
+            .map_err(|e| Error::Config(format!("exporter credentials: {e}")))
     }
 }
 
-pub type Client = crate::http_client::Client;
+pub type Client = super::http_client::Client;
 
 /// One exporter's pods, and when its answer arrived.
 type Scraped = (HashMap<PodKey, PodValues>, SystemTime, Instant);
@@ -102,18 +88,21 @@ async fn scrape_one(
     authorization: Option<&axum::http::HeaderValue>,
     decode: Decoder,
     decoding: &Arc<tokio::sync::Semaphore>,
-) -> Result<Scraped, String> {
+) -> Result<Scraped, Error> {
     let mut request = axum::http::Request::get(url).header(axum::http::header::ACCEPT, opts.accept);
     if let Some(value) = authorization {
         request = request.header(axum::http::header::AUTHORIZATION, value);
     }
     let request = request
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("bad URL: {e}"))?;
+        .map_err(|e| Error::Scrape(format!("bad URL: {e}")))?;
     let work = async {
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| Error::Scrape(e.to_string()))?;
         if !response.status().is_success() {
-            return Err(format!("HTTP {}", response.status()));
+            return Err(Error::Scrape(format!("HTTP {}", response.status())));
         }
         let content_type = response
             .headers()
@@ -124,29 +113,29 @@ async fn scrape_one(
         let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
             .collect()
             .await
-            .map_err(|e| format!("reading the body: {e}"))?
+            .map_err(|e| Error::Scrape(format!("reading the body: {e}")))?
             .to_bytes();
-        Ok::<_, String>((content_type, body, SystemTime::now(), Instant::now()))
+        Ok::<_, Error>((content_type, body, SystemTime::now(), Instant::now()))
     };
     let (content_type, body, at, seen) = tokio::time::timeout(opts.timeout, work)
         .await
-        .map_err(|_| format!("no answer within {:?}", opts.timeout))??;
+        .map_err(|_| Error::Scrape(format!("no answer within {:?}", opts.timeout)))??;
     let _permit = decoding
         .acquire()
         .await
-        .map_err(|_| "shutting down".to_string())?;
+        .map_err(|_| Error::Scrape("shutting down".into()))?;
     let pods = tokio::task::spawn_blocking(move || {
         decode(&content_type, &body).map(|series| pod_values(&series))
     })
     .await
-    .map_err(|e| format!("decoding failed: {e}"))??;
+    .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
     Ok((pods, at, seen))
 }
 
 /// The scrape client for `opts` (http, or https with its TLS options); fails on an
 /// unreadable CA file or a bad server name, so startup can say so.
-pub fn client(opts: &ScrapeOptions) -> Result<Client, String> {
-    crate::http_client::client(&opts.auth.tls, Some(opts.interval * 4))
+pub fn client(opts: &ScrapeOptions) -> Result<Client, Error> {
+    super::http_client::client(&opts.auth.tls, Some(opts.interval * 4))
 }
 
 /// Scrape forever with `client` (from [`client`]), publishing into `store` after every
@@ -176,6 +165,7 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
             Err(e) => {
                 // Without credentials every exporter would answer 401: say why once,
                 // and let the values age out.
+                let e = e.to_string();
                 if credentials_error.as_ref() != Some(&e) {
                     tracing::warn!(error = %e, "cannot scrape the exporters");
                     credentials_error = Some(e);
@@ -185,7 +175,7 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
         };
         let authorization = authorization.as_ref();
         let round_started = Instant::now();
-        let results: Vec<(String, Result<Scraped, String>)> =
+        let results: Vec<(String, Result<Scraped, Error>)> =
             futures_util::stream::iter(targets.iter().cloned())
                 .map(|url| {
                     let client = &client;
@@ -216,7 +206,7 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
                     if !failing.contains_key(&url) {
                         tracing::warn!(target = %url, error = %e, "exporter scrape failed; its pods' values age out after the staleness limit");
                     }
-                    failing.insert(url, e);
+                    failing.insert(url, e.to_string());
                 }
             }
         }

@@ -2,14 +2,12 @@
 //! v1beta1, their discovery documents, and health. Every error is a Kubernetes
 //! `Status`; unknown paths are 404 `Status`, never a plain-text body.
 
+use crate::api::ApiError;
 use crate::api::quantity::{format_quantity, rfc3339_seconds};
 use crate::api::selector::Selector;
-use crate::api::status::ApiError;
-use crate::derive::GpuMetric;
-use crate::pods::{PodIndex, Workload};
-use crate::query::{self, Answer, QueryError, Scope};
-use crate::source::Fleet;
-use arc_swap::ArcSwap;
+use crate::fleet::GpuMetric;
+use crate::query::{self, Answer, AppState, Scope};
+use crate::source::pods::Workload;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -17,21 +15,13 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub const CUSTOM_GROUP: &str = "custom.metrics.k8s.io";
 pub const EXTERNAL_GROUP: &str = "external.metrics.k8s.io";
 
 /// Longest query string accepted.
 const MAX_QUERY_BYTES: usize = 8192;
-
-/// What the handlers read.
-pub struct AppState {
-    pub fleet: Arc<ArcSwap<Fleet>>,
-    pub pods: Arc<ArcSwap<PodIndex>>,
-    pub staleness: Duration,
-    pub window_seconds: u64,
-}
 
 type Shared = State<Arc<AppState>>;
 
@@ -214,12 +204,7 @@ fn answer(
         metric,
         Instant::now(),
         s.staleness,
-    )
-    .map_err(|e| match e {
-        QueryError::PodsUnknown => {
-            ApiError::unavailable("pod labels are not known yet (the pod watch has not synced)")
-        }
-    })?;
+    )?;
     if a.stale > 0 {
         tracing::info!(
             namespace = ns,
@@ -456,12 +441,8 @@ async fn metrics_api(
     params
         .entry("targetValue".into())
         .or_insert_with(|| "1".into());
-    let trigger = crate::keda::parse_trigger(&params)
-        .map_err(|e| ApiError::bad_request(e.message().to_string()))?;
-    let value = crate::keda::evaluate(&s, &ns, &trigger).map_err(|e| match e.code() {
-        tonic::Code::Unavailable => ApiError::unavailable(e.message().to_string()),
-        _ => ApiError::bad_request(e.message().to_string()),
-    })?;
+    let trigger = query::trigger::parse_trigger(&params)?;
+    let value = query::trigger::evaluate(&s, &ns, &trigger)?;
     Ok(Json(
         json!({"metric": trigger.metric.name(), "namespace": ns, "value": value}),
     ))

@@ -18,7 +18,19 @@
 //! A pod holding several devices gets the mean of the percentages and the sum of
 //! bytes and watts.
 
+use crate::fleet::{GpuMetric, PodKey, PodValues};
 use std::collections::{BTreeMap, HashMap};
+
+/// The exporter families the per-pod values are derived from: what the direct source
+/// keeps of a scrape, and what the Prometheus source queries.
+pub const FAMILIES: [&str; 6] = [
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+];
 
 /// One sample of a scrape.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,57 +48,6 @@ impl Series {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
-}
-
-/// The metrics the adapter serves, with no configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GpuMetric {
-    Utilization,
-    MemoryUsedBytes,
-    MemoryUtilization,
-    PowerWatts,
-    TensorActive,
-}
-
-impl GpuMetric {
-    pub const ALL: [GpuMetric; 5] = [
-        GpuMetric::Utilization,
-        GpuMetric::MemoryUsedBytes,
-        GpuMetric::MemoryUtilization,
-        GpuMetric::PowerWatts,
-        GpuMetric::TensorActive,
-    ];
-
-    /// The name clients ask for.
-    pub fn name(self) -> &'static str {
-        match self {
-            GpuMetric::Utilization => "gpu_utilization",
-            GpuMetric::MemoryUsedBytes => "gpu_memory_used_bytes",
-            GpuMetric::MemoryUtilization => "gpu_memory_utilization",
-            GpuMetric::PowerWatts => "gpu_power_watts",
-            GpuMetric::TensorActive => "gpu_tensor_active",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<GpuMetric> {
-        GpuMetric::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    /// Whether a pod's value over several devices is their sum (else their mean).
-    pub fn sums(self) -> bool {
-        matches!(self, GpuMetric::MemoryUsedBytes | GpuMetric::PowerWatts)
-    }
-}
-
-/// A pod, by namespace and name.
-pub type PodKey = (String, String);
-
-/// A pod's values, one per metric it has data for.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodValues {
-    pub values: BTreeMap<GpuMetric, f64>,
-    /// Devices (GPUs, MIG instances, shares) the pod holds on this node.
-    pub devices: u32,
 }
 
 /// A device: its UUID and, on MIG, its GPU instance.

@@ -3,7 +3,8 @@
 //! asked. Binary and length-prefixed, it needs no text parsing and no escaping rules,
 //! and prost decodes it with generated code.
 
-use crate::derive::Series;
+use super::derive::{FAMILIES, Series};
+use crate::error::Error;
 use prost::Message;
 
 /// The `io.prometheus.client` types.
@@ -13,30 +14,20 @@ pub use kube_support::proto::prometheus as proto;
 pub const ACCEPT: &str =
     "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited";
 
-/// The families per-pod values are derived from; others are skipped after decoding.
-const WANTED: [&str; 6] = [
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-];
-
 /// The series of the wanted families in a scrape body.
-pub fn decode(content_type: &str, body: &[u8]) -> Result<Vec<Series>, String> {
+pub fn decode(content_type: &str, body: &[u8]) -> Result<Vec<Series>, Error> {
     if !content_type.starts_with("application/vnd.google.protobuf") {
-        return Err(format!(
+        return Err(Error::Decode(format!(
             "the exporter answered {content_type:?}, not the protobuf exposition (is it a gpu-exporter?)"
-        ));
+        )));
     }
     let mut buf = body;
     let mut out = Vec::new();
     while !buf.is_empty() {
         let family = proto::MetricFamily::decode_length_delimited(&mut buf)
-            .map_err(|e| format!("malformed protobuf exposition: {e}"))?;
+            .map_err(|e| Error::Decode(format!("malformed protobuf exposition: {e}")))?;
         let name = family.name.unwrap_or_default();
-        if !WANTED.contains(&name.as_str()) {
+        if !FAMILIES.contains(&name.as_str()) {
             continue;
         }
         for m in family.metric {

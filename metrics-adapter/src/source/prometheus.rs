@@ -11,8 +11,9 @@
 //! `exported_namespace` (its own `pod`/`namespace` then name the exporter pod); those
 //! are taken when present.
 
-use crate::derive::{Series, pod_values};
-use crate::source::{Fleet, Observed};
+use super::derive::{FAMILIES, Series, pod_values};
+use crate::error::Error;
+use crate::fleet::{Fleet, Observed};
 use arc_swap::ArcSwap;
 use axum::body::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -21,16 +22,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// The families per-pod values are derived from.
-pub const FAMILIES: [&str; 6] = [
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-];
 
 /// Largest query answer accepted.
 const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
@@ -51,7 +42,7 @@ pub struct PrometheusOptions {
     pub timeout: Duration,
     pub staleness: Duration,
     /// Where query rounds and their durations are counted.
-    pub metrics: crate::telemetry::SourceMetrics,
+    pub metrics: super::SourceMetrics,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,11 +83,11 @@ fn encode_query(q: &str) -> String {
 }
 
 async fn instant_query(
-    client: &crate::http_client::Client,
+    client: &super::http_client::Client,
     opts: &PrometheusOptions,
     token: Option<&str>,
     query: &str,
-) -> Result<Vec<VectorSample>, String> {
+) -> Result<Vec<VectorSample>, Error> {
     let url = format!(
         "{}/api/v1/query?query={}",
         opts.url.trim_end_matches('/'),
@@ -111,32 +102,41 @@ async fn instant_query(
     }
     let req = req
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("bad request: {e}"))?;
+        .map_err(|e| Error::Scrape(format!("bad request: {e}")))?;
     let work = async {
-        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|e| Error::Scrape(e.to_string()))?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), MAX_BODY_BYTES)
             .collect()
             .await
-            .map_err(|e| format!("reading the answer: {e}"))?
+            .map_err(|e| Error::Scrape(format!("reading the answer: {e}")))?
             .to_bytes();
-        let parsed: QueryResponse = serde_json::from_slice(&body)
-            .map_err(|e| format!("HTTP {status}: not a Prometheus API answer ({e})"))?;
+        let parsed: QueryResponse = serde_json::from_slice(&body).map_err(|e| {
+            Error::Decode(format!("HTTP {status}: not a Prometheus API answer ({e})"))
+        })?;
         if parsed.status != "success" {
-            return Err(format!(
+            return Err(Error::Scrape(format!(
                 "HTTP {status}: {}",
                 parsed.error.unwrap_or_else(|| "query failed".into())
-            ));
+            )));
         }
-        let data = parsed.data.ok_or("no data in the answer")?;
+        let data = parsed
+            .data
+            .ok_or_else(|| Error::Decode("no data in the answer".into()))?;
         if data.result_type != "vector" {
-            return Err(format!("expected a vector, got {}", data.result_type));
+            return Err(Error::Decode(format!(
+                "expected a vector, got {}",
+                data.result_type
+            )));
         }
         Ok(data.result)
     };
     tokio::time::timeout(opts.timeout, work)
         .await
-        .map_err(|_| format!("no answer within {:?}", opts.timeout))?
+        .map_err(|_| Error::Scrape(format!("no answer within {:?}", opts.timeout)))?
 }
 
 /// A series' labels without the name, sorted: the key joining a family's samples with
@@ -171,13 +171,13 @@ fn exporter_labels(metric: &HashMap<String, String>) -> Vec<(String, String)> {
 
 /// One round: every family and its samples' timestamps, then per-pod values.
 async fn round(
-    client: &crate::http_client::Client,
+    client: &super::http_client::Client,
     opts: &PrometheusOptions,
-) -> Result<Fleet, String> {
+) -> Result<Fleet, Error> {
     let token = match &opts.bearer_token_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?
+                .map_err(|e| Error::Config(format!("{}: {e}", p.display())))?
                 .trim()
                 .to_string(),
         ),
@@ -255,11 +255,11 @@ async fn round(
 /// Query forever, publishing into `store` after every successful round. A failed round
 /// keeps the previous view, whose values then age out.
 pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
-    let tls = crate::http_client::TlsOptions {
+    let tls = super::http_client::TlsOptions {
         ca_file: opts.ca_file.clone(),
         server_name: None,
     };
-    let client = match crate::http_client::client(&tls, None) {
+    let client = match super::http_client::client(&tls, None) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot set up the Prometheus client");

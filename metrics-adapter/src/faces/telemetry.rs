@@ -6,7 +6,9 @@
 //! Unlike the exporter's device metrics, nothing here must look like dcgm-exporter, so
 //! prometheus-client's registry and OpenMetrics encoder serve as they are.
 
-use crate::source::Fleet;
+use crate::auth::AuthMetrics;
+use crate::fleet::Fleet;
+use crate::source::SourceMetrics;
 use arc_swap::ArcSwap;
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -47,115 +49,13 @@ pub struct GrpcLabels {
     pub grpc_code: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: &'static str,
-}
-
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+/// A histogram per label set, each made by a plain constructor function.
+pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Request latencies: 100 µs to ~1.6 s, factor 4 (cached answers are tens of µs; an
 /// uncached SubjectAccessReview is an API server round trip).
 fn request_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_1, 4.0, 8))
-}
-
-/// What the source loops record: one count per exporter scrape (per query round with the
-/// Prometheus source) by result, and how long each round took.
-#[derive(Clone, Debug)]
-pub struct SourceMetrics {
-    scrapes: Family<ResultLabel, Counter>,
-    round_duration: Histogram,
-}
-
-impl Default for SourceMetrics {
-    fn default() -> SourceMetrics {
-        SourceMetrics {
-            scrapes: Family::default(),
-            // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
-            round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
-        }
-    }
-}
-
-impl SourceMetrics {
-    pub fn scraped(&self, ok: bool) {
-        let result = if ok { "success" } else { "failure" };
-        self.scrapes.get_or_create(&ResultLabel { result }).inc();
-    }
-
-    pub fn round_took(&self, took: Duration) {
-        self.round_duration.observe(took.as_secs_f64());
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabel {
-    pub outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReviewLabels {
-    pub review: &'static str,
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReviewLabel {
-    pub review: &'static str,
-}
-
-/// What delegated authentication and authorization record: how each request was
-/// authenticated, and each TokenReview and SubjectAccessReview by how it was answered
-/// (`cached`, or by the API server: `allowed`, `denied`, `error`) with the round trip.
-#[derive(Clone, Debug)]
-pub struct AuthMetrics {
-    authentications: Family<OutcomeLabel, Counter>,
-    reviews: Family<ReviewLabels, Counter>,
-    review_duration: HistogramFamily<ReviewLabel>,
-}
-
-impl Default for AuthMetrics {
-    fn default() -> AuthMetrics {
-        AuthMetrics {
-            authentications: Family::default(),
-            reviews: Family::default(),
-            // 1 ms to ~4 s, factor 4: one API server round trip, bounded at 10 s.
-            review_duration: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.001, 4.0, 7))
-            }),
-        }
-    }
-}
-
-impl AuthMetrics {
-    /// `outcome`: the method that authenticated the request (`front-proxy`,
-    /// `client-certificate`, `token`), `anonymous`, or `failure`.
-    pub fn authenticated(&self, outcome: &'static str) {
-        self.authentications
-            .get_or_create(&OutcomeLabel { outcome })
-            .inc();
-    }
-
-    /// A review answered from the cache.
-    pub fn cached(&self, review: &'static str) {
-        self.reviews
-            .get_or_create(&ReviewLabels {
-                review,
-                result: "cached",
-            })
-            .inc();
-    }
-
-    /// A review the API server was asked, its `result` and how long it took.
-    pub fn asked(&self, review: &'static str, result: &'static str, took: Duration) {
-        self.reviews
-            .get_or_create(&ReviewLabels { review, result })
-            .inc();
-        self.review_duration
-            .get_or_create(&ReviewLabel { review })
-            .observe(took.as_secs_f64());
-    }
 }
 
 /// The registry and the handles the middleware and source loops write to.
@@ -200,34 +100,9 @@ impl Telemetry {
             grpc_requests.clone(),
         );
         let source = SourceMetrics::default();
-        registry.register(
-            "source_scrapes",
-            "Exporter scrapes (Prometheus query rounds with --prometheus-url), by result",
-            source.scrapes.clone(),
-        );
-        registry.register_with_unit(
-            "source_round_duration",
-            "Time one source round took, all exporters scraped concurrently",
-            Unit::Seconds,
-            source.round_duration.clone(),
-        );
+        source.register(&mut registry);
         let auth = AuthMetrics::default();
-        registry.register(
-            "authentications",
-            "Requests by how they were authenticated: front-proxy, client-certificate, token, anonymous, or failure (401)",
-            auth.authentications.clone(),
-        );
-        registry.register(
-            "delegated_reviews",
-            "TokenReviews and SubjectAccessReviews by result: cached, or the API server's allowed, denied or error",
-            auth.reviews.clone(),
-        );
-        registry.register_with_unit(
-            "delegated_review_duration",
-            "API server round trip of a review the cache could not answer",
-            Unit::Seconds,
-            auth.review_duration.clone(),
-        );
+        auth.register(&mut registry);
         registry.register_collector(Box::new(FleetCollector { fleet, staleness }));
         Telemetry {
             registry,
@@ -257,9 +132,7 @@ impl Telemetry {
 async fn metrics(State(t): State<Arc<Telemetry>>) -> Response {
     match t.encode() {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
-        Err(e) => {
-            crate::api::status::ApiError::internal(format!("encoding metrics: {e}")).into_response()
-        }
+        Err(e) => crate::api::ApiError::internal(format!("encoding metrics: {e}")).into_response(),
     }
 }
 

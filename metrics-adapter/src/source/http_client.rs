@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::Error;
+
 use axum::body::Bytes;
 use http_body_util::Empty;
 use rustls_pki_types::ServerName;
@@ -24,18 +26,18 @@ pub struct TlsOptions {
 }
 
 /// An http-or-https client; idle connections are dropped after `pool_idle`.
-pub fn client(tls: &TlsOptions, pool_idle: Option<Duration>) -> Result<Client, String> {
+pub fn client(tls: &TlsOptions, pool_idle: Option<Duration>) -> Result<Client, Error> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     match &tls.ca_file {
         Some(path) => {
             for cert in rustls_pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?
             {
-                let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+                let cert = cert.map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
                 roots
                     .add(cert)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
             }
         }
         None => {
@@ -50,7 +52,7 @@ pub fn client(tls: &TlsOptions, pool_idle: Option<Duration>) -> Result<Client, S
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
+    .map_err(|e| Error::Tls(e.to_string()))?
     .with_root_certificates(roots)
     .with_no_client_auth();
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
@@ -59,7 +61,7 @@ pub fn client(tls: &TlsOptions, pool_idle: Option<Duration>) -> Result<Client, S
     let builder = match &tls.server_name {
         Some(name) => {
             let name = ServerName::try_from(name.clone())
-                .map_err(|e| format!("{name:?} is not a TLS server name: {e}"))?;
+                .map_err(|e| Error::Tls(format!("{name:?} is not a TLS server name: {e}")))?;
             builder.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
         }
         None => builder,

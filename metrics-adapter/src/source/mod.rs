@@ -1,0 +1,75 @@
+//! Where the adapter's data comes from, upstream of the [`crate::fleet`] snapshot:
+//!
+//! - [`scrape`]: the direct source, every exporter scraped over the Prometheus protobuf
+//!   exposition ([`exposition`]), the exporters found by [`discovery`] (EndpointSlices)
+//!   or given as URLs;
+//! - [`prometheus`]: the Prometheus-compatible source, instant queries;
+//! - [`derive`]: from series to per-pod values, shared by both;
+//! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
+//! - [`http_client`]: the HTTP(S) client both sources scrape with.
+//!
+//! Each source records its own self-metrics in [`SourceMetrics`].
+
+pub mod derive;
+pub mod discovery;
+pub mod exposition;
+pub mod http_client;
+pub mod pods;
+pub mod prometheus;
+pub mod scrape;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+/// What the source loops record: one count per exporter scrape (per query round with the
+/// Prometheus source) by result, and how long each round took.
+#[derive(Clone, Debug)]
+pub struct SourceMetrics {
+    scrapes: Family<ResultLabel, Counter>,
+    round_duration: Histogram,
+}
+
+impl Default for SourceMetrics {
+    fn default() -> SourceMetrics {
+        SourceMetrics {
+            scrapes: Family::default(),
+            // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
+            round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
+        }
+    }
+}
+
+impl SourceMetrics {
+    pub fn scraped(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.scrapes.get_or_create(&ResultLabel { result }).inc();
+    }
+
+    pub fn round_took(&self, took: Duration) {
+        self.round_duration.observe(took.as_secs_f64());
+    }
+
+    /// Registers the source's metrics (prefixed by the registry).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "source_scrapes",
+            "Exporter scrapes (Prometheus query rounds with --prometheus-url), by result",
+            self.scrapes.clone(),
+        );
+        registry.register_with_unit(
+            "source_round_duration",
+            "Time one source round took, all exporters scraped concurrently",
+            Unit::Seconds,
+            self.round_duration.clone(),
+        );
+    }
+}
