@@ -102,9 +102,7 @@ pub fn series_text(families: &[proto::MetricFamily]) -> Vec<(String, f64)> {
                 }
                 s.push_str(k);
                 s.push_str("=\"");
-                let mut escaped = Vec::new();
-                super::escape_into(&mut escaped, v);
-                s.push_str(&String::from_utf8_lossy(&escaped));
+                s.push_str(&crate::snapshot::escape_label_value(v));
                 s.push('"');
             }
             s.push('}');
