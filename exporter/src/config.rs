@@ -53,18 +53,23 @@ pub struct Cli {
     pub collect_interval: u64,
 
     /// Serve simulated GPUs instead of NVML: a scenario file (TOML or JSON) or builtin:NAME
-    /// (default, big-node). Without a value: builtin:default, eight H100s.
+    /// (demo, default, big-node). Without a value: builtin:demo, eight H100s running pods.
+    #[cfg(feature = "demo")]
     #[arg(
         long,
         value_name = "SCENARIO",
         num_args = 0..=1,
         require_equals = true,
-        default_missing_value = "builtin:default"
+        default_missing_value = "builtin:demo"
     )]
     pub simulate: Option<PathBuf>,
 
     /// Path of libnvidia-ml to load instead of the default search for libnvidia-ml.so.1.
-    #[arg(long, value_name = "PATH", conflicts_with = "simulate")]
+    #[cfg_attr(
+        feature = "demo",
+        arg(long, value_name = "PATH", conflicts_with = "simulate")
+    )]
+    #[cfg_attr(not(feature = "demo"), arg(long, value_name = "PATH"))]
     pub nvml_lib: Option<PathBuf>,
 
     /// Answer in OpenMetrics 1.0 when the scraper asks for it (counters then end in _total).

@@ -18,6 +18,8 @@ pub enum Error {
     },
     #[error("counters file {file} enables no metric")]
     CountersEmpty { file: String },
+    /// A `--simulate` scenario that does not load.
+    #[cfg(feature = "demo")]
     #[error(transparent)]
     Scenario(#[from] gpu_sim::ScenarioError),
     #[error("NVML ({library}): {message}")]

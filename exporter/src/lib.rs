@@ -14,6 +14,8 @@ pub mod attribution;
 pub mod catalog;
 pub mod config;
 pub mod counters;
+#[cfg(feature = "demo")]
+pub mod demo;
 pub mod encode;
 pub mod error;
 pub mod http;
@@ -29,7 +31,6 @@ use crate::snapshot::Snapshot;
 use crate::source::GpuSource;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 /// The node name for the hostname label: `NODE_NAME` (set from the downward API in
 /// Kubernetes), else the kernel's hostname.
@@ -47,26 +48,13 @@ pub fn node_name() -> String {
 
 /// The GPU source the flags ask for.
 pub fn build_source(cli: &Cli) -> Result<Box<dyn GpuSource>> {
-    match &cli.simulate {
-        Some(path) => {
-            let scenario = gpu_sim::Scenario::load(path)?;
-            let mut node = gpu_sim::SimNode::new(&scenario, SystemTime::now());
-            // The same override the fake libnvidia-ml honours, for golden tests.
-            if let Some(t) = std::env::var("GPU_SIM_FROZEN_AT_S")
-                .ok()
-                .and_then(|v| v.parse::<f64>().ok())
-            {
-                node.freeze_at(t);
-            }
-            Ok(Box::new(source::simulated::SimulatedSource::new(
-                node,
-                path.display().to_string(),
-            )))
-        }
-        None => Ok(Box::new(source::nvml::NvmlSource::new(
-            cli.nvml_lib.clone(),
-        ))),
+    #[cfg(feature = "demo")]
+    if let Some(path) = &cli.simulate {
+        return demo::simulated_source(path);
     }
+    Ok(Box::new(source::nvml::NvmlSource::new(
+        cli.nvml_lib.clone(),
+    )))
 }
 
 /// Load the counters plan named by the flags, logging its warnings.
@@ -166,47 +154,6 @@ pub fn start_attribution(
     attribution::Attributor::new(kubelet_view, directory, pod_watch, opts.proc_root.clone())
 }
 
-/// For `--simulate` with a scenario that has pods (and no `-k`): a simulated
-/// Kubernetes node serving them (fake kubelet, API server and /proc, from `kube-sim`)
-/// and the options that point attribution at it, so the demo shows pods through the
-/// same gRPC, watch and cgroup paths a real node uses.
-fn demo_kube_node(
-    path: &std::path::Path,
-    cli: &Cli,
-) -> Result<
-    Option<(
-        kube_sim::node::SimKubeNode,
-        tempfile::TempDir,
-        KubernetesOptions,
-    )>,
-> {
-    let scenario = gpu_sim::Scenario::load(path)?;
-    if scenario.pods.is_empty() {
-        return Ok(None);
-    }
-    let mut node = gpu_sim::SimNode::new(&scenario, SystemTime::now());
-    if let Some(t) = std::env::var("GPU_SIM_FROZEN_AT_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-    {
-        node.freeze_at(t);
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("gpu-exporter-demo-")
-        .tempdir()
-        .map_err(Error::Serve)?;
-    let node_name = node_name();
-    let sim = kube_sim::node::SimKubeNode::start(scenario, node, dir.path(), &node_name)
-        .map_err(Error::Serve)?;
-    tracing::info!(dir = %dir.path().display(), "simulated Kubernetes node for the scenario's pods");
-    let mut k8s = KubernetesOptions::from_cli(cli);
-    k8s.socket = sim.kubelet_socket().to_path_buf();
-    k8s.kubeconfig = Some(sim.kubeconfig_path().to_path_buf());
-    k8s.proc_root = sim.proc_root().to_path_buf();
-    k8s.node_name = Some(node_name);
-    Ok(Some((sim, dir, k8s)))
-}
-
 /// Run the exporter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<()> {
     tls_serving::install_crypto_provider();
@@ -224,10 +171,9 @@ pub fn run(cli: Cli) -> Result<()> {
     let source = build_source(&cli)?;
     let build_labels: Arc<str> = {
         let mut s = String::new();
-        sampler::escape_label_value(env!("CARGO_PKG_VERSION"), &mut s);
-        let mut src = String::new();
-        sampler::escape_label_value(&source.describe(), &mut src);
-        format!("version=\"{s}\",source=\"{src}\"").into()
+        snapshot::push_label(&mut s, "version", env!("CARGO_PKG_VERSION"));
+        snapshot::push_label(&mut s, "source", &source.describe());
+        s.into()
     };
     let opts = SamplerOptions {
         interval: cli.interval(),
@@ -251,19 +197,15 @@ pub fn run(cli: Cli) -> Result<()> {
         build_labels.clone(),
     )));
     let mut sampler = Sampler::new(source, plan, opts, build_labels);
-    // Held until exit: the demo's simulated Kubernetes node and its files.
-    let mut _demo_node = None;
     if cli.kubernetes {
         sampler = sampler.with_attribution(start_attribution(
             &KubernetesOptions::from_cli(&cli),
             runtime.handle(),
         ));
-    } else if let Some(path) = &cli.simulate
-        && let Some((node, dir, k8s)) = demo_kube_node(path, &cli)?
-    {
-        sampler = sampler.with_attribution(start_attribution(&k8s, runtime.handle()));
-        _demo_node = Some((node, dir));
     }
+    // The demo's simulated Kubernetes node, held until exit.
+    #[cfg(feature = "demo")]
+    let (sampler, _demo_node) = demo::with_kube_node(&cli, sampler, runtime.handle())?;
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let sampler_store = store.clone();
     let sampler_thread = std::thread::Builder::new()

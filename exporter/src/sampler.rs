@@ -13,7 +13,7 @@ use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_p
 use crate::attribution::pods::PodDirectory;
 use crate::catalog::{Convert, Quantity, Scope};
 use crate::counters::{ExportPlan, MetricKind};
-use crate::snapshot::{EntitySnapshot, Snapshot, Value, XidStat};
+use crate::snapshot::{EntitySnapshot, Snapshot, Value, XidStat, push_label};
 use crate::snapshot::{PodRef, PodShare, ProcessSnapshot};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
 use arc_swap::ArcSwap;
@@ -35,28 +35,6 @@ pub struct SamplerOptions {
     pub replace_blanks_in_model_name: bool,
     /// Collect and export per-process series.
     pub process_metrics: bool,
-}
-
-/// Escape a label value for the text exposition formats.
-pub fn escape_label_value(v: &str, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-fn push_label(out: &mut String, name: &str, value: &str) {
-    if !out.is_empty() {
-        out.push(',');
-    }
-    out.push_str(name);
-    out.push_str("=\"");
-    escape_label_value(value, out);
-    out.push('"');
 }
 
 /// Label names the exporter itself writes, which a pod label must not take.
@@ -891,12 +869,5 @@ mod tests {
             convert_value(Raw::U64(3 << 20 | 5), Convert::IntDiv(1 << 20), None, now),
             Some(Value::Int(3))
         );
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        let mut s = String::new();
-        escape_label_value("a\"b\\c\nd", &mut s);
-        assert_eq!(s, r#"a\"b\\c\nd"#);
     }
 }

@@ -3,11 +3,46 @@
 
 use crate::attribution::AttributionStatus;
 use crate::counters::ExportPlan;
-use crate::encode::FORMATS;
 use crate::source::ProcessSample;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
+
+/// Render-cache slots per snapshot: one per exposition format the encoder serves (it
+/// checks at compile time that its formats fit). A count, not the formats themselves,
+/// so the snapshot needs nothing from the encoder.
+pub(crate) const RENDER_SLOTS: usize = 3;
+
+/// A label value escaped for the text formats (`\`, `"`, newline); borrowed when there is
+/// nothing to escape, as for nearly every value. The one escaper of label values: the
+/// sampler's pre-rendered label sets and the encoder's per-series labels both use it.
+pub fn escape_label_value(v: &str) -> Cow<'_, str> {
+    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        return Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Append `name="value"` (value escaped) to a label set in text form.
+pub fn push_label(out: &mut String, name: &str, value: &str) {
+    if !out.is_empty() {
+        out.push(',');
+    }
+    out.push_str(name);
+    out.push_str("=\"");
+    out.push_str(&escape_label_value(value));
+    out.push('"');
+}
 
 /// A value in dcgm-exporter's units.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -102,9 +137,9 @@ pub struct Snapshot {
     pub build_labels: Arc<str>,
     /// The rendered device families, once per format (text, OpenMetrics, protobuf; see
     /// `encode`), each built on the first scrape that asks for it.
-    pub(crate) rendered: [OnceLock<Vec<u8>>; FORMATS],
+    pub(crate) rendered: [OnceLock<Vec<u8>>; RENDER_SLOTS],
     /// The same, gzip-compressed, once per format.
-    pub(crate) rendered_gzip: [OnceLock<Vec<u8>>; FORMATS],
+    pub(crate) rendered_gzip: [OnceLock<Vec<u8>>; RENDER_SLOTS],
 }
 
 impl Snapshot {
@@ -160,5 +195,23 @@ impl Snapshot {
     pub fn success_age(&self, now: Instant) -> Option<Duration> {
         self.last_success
             .map(|(i, _)| now.saturating_duration_since(i))
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label_value("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+        assert!(matches!(
+            escape_label_value("plain"),
+            Cow::Borrowed("plain")
+        ));
+        let mut s = String::new();
+        push_label(&mut s, "a", "x\"y");
+        push_label(&mut s, "b", "z");
+        assert_eq!(s, r#"a="x\"y",b="z""#);
     }
 }

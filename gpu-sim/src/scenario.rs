@@ -266,11 +266,12 @@ pub enum ScenarioError {
 /// Built-in scenarios, by name.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("../scenarios/default.toml")),
+    ("demo", include_str!("../scenarios/demo.toml")),
     ("big-node", include_str!("../scenarios/big-node.toml")),
 ];
 
 impl Scenario {
-    /// A built-in scenario (`default`, `big-node`).
+    /// A built-in scenario (`default`, `demo`, `big-node`).
     pub fn builtin(name: &str) -> Result<Scenario, ScenarioError> {
         let (_, text) =
             BUILTIN

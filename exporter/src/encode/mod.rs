@@ -15,7 +15,7 @@ pub mod protobuf;
 pub mod xid;
 
 use crate::counters::{MetricKind, MetricType};
-use crate::snapshot::{Snapshot, Value};
+use crate::snapshot::{RENDER_SLOTS, Snapshot, Value, escape_label_value};
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,8 +28,9 @@ pub enum Format {
     Protobuf,
 }
 
-/// How many [`Format`]s there are: the size of the per-format caches in a snapshot.
-pub(crate) const FORMATS: usize = 3;
+/// How many [`Format`]s there are; each has its slot in a snapshot's render caches.
+const FORMATS: usize = 3;
+const _: () = assert!(FORMATS == RENDER_SLOTS && Format::Protobuf as usize + 1 == FORMATS);
 
 impl Format {
     pub fn content_type(self) -> &'static str {
@@ -182,22 +183,6 @@ fn write_f64(out: &mut Vec<u8>, v: f64) {
     let _ = write!(out, "{}", FloatText(v, false));
 }
 
-/// Append a label value, escaped; values without special characters are copied as is.
-fn escape_into(out: &mut Vec<u8>, v: &str) {
-    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
-        out.extend_from_slice(v.as_bytes());
-        return;
-    }
-    for b in v.bytes() {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b => out.push(b),
-        }
-    }
-}
-
 /// `name{labels,extra} ` — the start of a sample line.
 fn write_series_start(out: &mut Vec<u8>, name: &str, labels: &str, extra: &[(&str, &str)]) {
     out.extend_from_slice(name.as_bytes());
@@ -211,7 +196,7 @@ fn write_series_start(out: &mut Vec<u8>, name: &str, labels: &str, extra: &[(&st
         first = false;
         out.extend_from_slice(k.as_bytes());
         out.extend_from_slice(b"=\"");
-        escape_into(out, v);
+        out.extend_from_slice(escape_label_value(v).as_bytes());
         out.push(b'"');
     }
     out.extend_from_slice(b"} ");
@@ -379,6 +364,15 @@ pub fn render_device_families(snap: &Snapshot, fmt: Format, out: &mut Vec<u8>) {
             sink.finish();
         }
     }
+}
+
+/// [`render_device_families`] in the protobuf format through prost's generated types
+/// instead of the hand-written writer: for the encoder benchmark, not served.
+#[doc(hidden)]
+pub fn render_device_families_prost(snap: &Snapshot, out: &mut Vec<u8>) {
+    let mut sink = protobuf::ProstSink::new(out);
+    walk_device_families(snap, &mut sink);
+    sink.finish();
 }
 
 /// The device families, in order, into `sink`.

@@ -3,6 +3,8 @@
 //! Sources answer in NVML's own units; the sampler converts.
 
 pub mod nvml;
+// Unit tests drive the simulated source whatever the features.
+#[cfg(any(test, feature = "demo"))]
 pub mod simulated;
 
 use crate::catalog::{LabelField, Quantity};

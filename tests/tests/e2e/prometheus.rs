@@ -1,6 +1,6 @@
-//! A real Prometheus on loopback scrapes the simulated exporter, once in the default
-//! text format and once in OpenMetrics, and its query API shows every GPU with
-//! dcgm-exporter's labels.
+//! A real Prometheus on loopback scrapes the simulated exporter (`builtin:default`: eight
+//! GPUs, no pods), once in the default text format and once in OpenMetrics, and its
+//! query API shows every GPU with dcgm-exporter's labels.
 
 use e2e_tests::{Exporter, Prometheus, wait_for};
 use std::collections::BTreeSet;
@@ -12,8 +12,11 @@ fn host_port(e: &Exporter) -> String {
 
 #[test]
 fn prometheus_scrapes_all_eight_gpus_with_dcgm_labels() {
-    let text = Exporter::start(&["--simulate", "-c", "500"], &[]);
-    let om = Exporter::start(&["--simulate", "--openmetrics", "-c", "500"], &[]);
+    let text = Exporter::start(&["--simulate=builtin:default", "-c", "500"], &[]);
+    let om = Exporter::start(
+        &["--simulate=builtin:default", "--openmetrics", "-c", "500"],
+        &[],
+    );
     let prom = Prometheus::start(&[
         ("text", &host_port(&text), ""),
         ("openmetrics", &host_port(&om), ""),

@@ -172,7 +172,7 @@ impl Pki {
 fn secure_exporter(web: &Path) -> Exporter {
     let mut e = Exporter::start(
         &[
-            "--simulate",
+            "--simulate=builtin:default",
             "-c",
             "500",
             "--web-config-file",
@@ -555,7 +555,7 @@ fn a_bad_web_config_stops_startup_naming_the_problem() {
         let path = pki.dir.join(name);
         std::fs::write(&path, yaml).expect("write");
         let mut cmd = Command::new(binary("gpu-exporter"));
-        cmd.args(["--simulate", "-a", "127.0.0.1:0", "--web-config-file"])
+        cmd.args(["--simulate=builtin:default", "-a", "127.0.0.1:0", "--web-config-file"])
             .arg(&path)
             .env_remove("DCGM_EXPORTER_WEB_CONFIG_FILE")
             .env("RUST_LOG", "info");
@@ -587,7 +587,7 @@ fn basic_auth_over_plain_http_with_a_rate_limit() {
     ));
     let mut exporter = Exporter::start(
         &[
-            "--simulate",
+            "--simulate=builtin:default",
             "--web-config-file",
             web.to_str().expect("utf-8 path"),
         ],
