@@ -4,6 +4,7 @@
 pub mod hpa;
 pub mod https;
 pub mod pki;
+pub mod quantity;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

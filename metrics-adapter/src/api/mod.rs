@@ -4,8 +4,8 @@
 //! - [`selector`]: Kubernetes label selectors, in the string syntax of `labelSelector`
 //!   query parameters and the JSON `LabelSelector` object of `metric.selector` (the
 //!   parser lives in `kube-support`, shared with kube-sim's fake API server);
-//! - [`quantity`]: `resource.Quantity` strings (writing ours, reading anyone's, and the
-//!   HPA's milli-unit arithmetic) and `metav1.Time` timestamps;
+//! - [`quantity`]: `resource.Quantity` strings and `metav1.Time` timestamps, as we
+//!   write them;
 //! - [`status`]: `metav1.Status` error bodies and their HTTP responses.
 //!
 //! Nothing here does I/O or keeps state, so every rule can be tested in isolation and
@@ -15,10 +15,7 @@ pub mod quantity;
 pub use kube_support::selector;
 pub mod status;
 
-pub use quantity::{
-    MAX_QUANTITY_LEN, QuantityError, format_milli, format_quantity, milli_value, parse_quantity,
-    rfc3339_from_unix, rfc3339_seconds,
-};
+pub use quantity::{format_milli, format_quantity, rfc3339_seconds};
 pub use selector::{
     LabelLookup, Location, MAX_SELECTOR_LEN, Operator, Requirement, Selector, SelectorError,
 };

@@ -3,11 +3,11 @@
 //! adapter over the protobuf exposition; answers checked against the scenario, through
 //! plain HTTP, through `kubectl get --raw`, and through the HPA's replica formula.
 
+use e2e_tests::quantity::milli_value;
 use e2e_tests::{
     Adapter, Exporter, KubeNode, Prometheus, attributed_exporter, free_port, get, sample_value,
     scratch_dir, wait_for,
 };
-use gpu_metrics_adapter::api::quantity::milli_value;
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! finds the exporter through the EndpointSlices of its Service in the (fake) API
 //! server, and its targets follow the slices as they come and go.
 
+use e2e_tests::quantity::milli_value;
 use e2e_tests::{Adapter, KubeNode, Process, attributed_exporter, get, wait_for, workspace};
-use gpu_metrics_adapter::api::quantity::milli_value;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;

@@ -2,8 +2,8 @@
 //! the exporter (attributed to pods through the simulated Kubernetes node), and the
 //! adapter answers from instant queries the same per-pod values as the direct source.
 
+use e2e_tests::quantity::milli_value;
 use e2e_tests::{Adapter, KubeNode, Prometheus, attributed_exporter, get, wait_for};
-use gpu_metrics_adapter::api::quantity::milli_value;
 use serde_json::Value;
 use std::time::Duration;
 

@@ -8,10 +8,10 @@
 //! metricType and threshold need.
 
 use e2e_tests::hpa;
+use e2e_tests::quantity::milli_value;
 use e2e_tests::{
     KubeNode, Prometheus, attributed_exporter_with, binary, scratch_dir, try_wait_for, workspace,
 };
-use gpu_metrics_adapter::api::quantity::milli_value;
 use gpu_metrics_adapter::fleet::GpuMetric;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
