@@ -15,8 +15,6 @@ use super::derive::{FAMILIES, Series, pod_values};
 use crate::error::Error;
 use crate::fleet::{Fleet, Observed};
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -100,43 +98,26 @@ async fn instant_query(
     if let Some(t) = token {
         req = req.header(axum::http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = req
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| Error::Scrape(format!("bad request: {e}")))?;
-    let work = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| Error::Scrape(e.to_string()))?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_BODY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| Error::Scrape(format!("reading the answer: {e}")))?
-            .to_bytes();
-        let parsed: QueryResponse = serde_json::from_slice(&body).map_err(|e| {
-            Error::Decode(format!("HTTP {status}: not a Prometheus API answer ({e})"))
-        })?;
-        if parsed.status != "success" {
-            return Err(Error::Scrape(format!(
-                "HTTP {status}: {}",
-                parsed.error.unwrap_or_else(|| "query failed".into())
-            )));
-        }
-        let data = parsed
-            .data
-            .ok_or_else(|| Error::Decode("no data in the answer".into()))?;
-        if data.result_type != "vector" {
-            return Err(Error::Decode(format!(
-                "expected a vector, got {}",
-                data.result_type
-            )));
-        }
-        Ok(data.result)
-    };
-    tokio::time::timeout(opts.timeout, work)
-        .await
-        .map_err(|_| Error::Scrape(format!("no answer within {:?}", opts.timeout)))?
+    let answer = super::http_client::get(client, req, MAX_BODY_BYTES, opts.timeout).await?;
+    let status = answer.status;
+    let parsed: QueryResponse = serde_json::from_slice(&answer.body)
+        .map_err(|e| Error::Decode(format!("HTTP {status}: not a Prometheus API answer ({e})")))?;
+    if parsed.status != "success" {
+        return Err(Error::Scrape(format!(
+            "HTTP {status}: {}",
+            parsed.error.unwrap_or_else(|| "query failed".into())
+        )));
+    }
+    let data = parsed
+        .data
+        .ok_or_else(|| Error::Decode("no data in the answer".into()))?;
+    if data.result_type != "vector" {
+        return Err(Error::Decode(format!(
+            "expected a vector, got {}",
+            data.result_type
+        )));
+    }
+    Ok(data.result)
 }
 
 /// A series' labels without the name, sorted: the key joining a family's samples with

@@ -8,9 +8,7 @@ use super::derive::{Series, pod_values};
 use crate::error::Error;
 use crate::fleet::{Fleet, Observed, PodKey, PodValues};
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
 use futures_util::StreamExt;
-use http_body_util::{BodyExt, Empty, Limited};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -93,33 +91,12 @@ async fn scrape_one(
     if let Some(value) = authorization {
         request = request.header(axum::http::header::AUTHORIZATION, value);
     }
-    let request = request
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| Error::Scrape(format!("bad URL: {e}")))?;
-    let work = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| Error::Scrape(e.to_string()))?;
-        if !response.status().is_success() {
-            return Err(Error::Scrape(format!("HTTP {}", response.status())));
-        }
-        let content_type = response
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| Error::Scrape(format!("reading the body: {e}")))?
-            .to_bytes();
-        Ok::<_, Error>((content_type, body, SystemTime::now(), Instant::now()))
-    };
-    let (content_type, body, at, seen) = tokio::time::timeout(opts.timeout, work)
-        .await
-        .map_err(|_| Error::Scrape(format!("no answer within {:?}", opts.timeout)))??;
+    let answer = super::http_client::get(client, request, MAX_BODY_BYTES, opts.timeout).await?;
+    let (at, seen) = (SystemTime::now(), Instant::now());
+    if !answer.status.is_success() {
+        return Err(Error::Scrape(format!("HTTP {}", answer.status)));
+    }
+    let (content_type, body) = (answer.content_type, answer.body);
     let _permit = decoding
         .acquire()
         .await
