@@ -2,7 +2,7 @@
 //! environment variables, so existing DaemonSet values carry over.
 
 use clap::{Parser, ValueEnum};
-use kube_support::duration::{self, DurationError};
+use kube_support::duration;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -112,7 +112,7 @@ pub struct Cli {
 
     /// How often to refresh allocations from the kubelet (background; never per scrape):
     /// 2s, 500ms, or milliseconds.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration::parse_flag)]
     pub kubernetes_refresh_interval: Duration,
 
     /// Extra kubelet resource names that are NVIDIA GPUs, comma-separated (nvidia.com/gpu,
@@ -184,27 +184,4 @@ impl Cli {
 /// A path, where an empty value is allowed (clap's path parser refuses one).
 fn path_or_empty(text: &str) -> Result<PathBuf, std::convert::Infallible> {
     Ok(PathBuf::from(text))
-}
-
-/// A duration flag: Go's `time.ParseDuration` syntax (`2s`, `500ms`, `1m30s`), or a
-/// bare number of milliseconds; 10 ms to 1 h.
-pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    duration::parse_flag(text, Duration::from_millis(10)..=Duration::from_secs(3600))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert!(parse_duration("2h").is_err());
-        assert!(parse_duration("1ms").is_err());
-        assert!(parse_duration("fast").is_err());
-    }
 }

@@ -119,9 +119,15 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_nanos(total))
 }
 
-/// A duration flag of either product: Go's syntax ([`parse`]), or a bare whole number
-/// of milliseconds as both products' flags have always accepted, within `range`.
-pub fn parse_flag(text: &str, range: RangeInclusive<Duration>) -> Result<Duration, DurationError> {
+/// What every interval and timeout flag of both products accepts: 10 ms to 1 h.
+pub const FLAG_RANGE: RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(3600);
+
+/// A duration flag of either product (clap's `value_parser`): Go's syntax ([`parse`]),
+/// or a bare whole number of milliseconds as both products' flags have always
+/// accepted, within [`FLAG_RANGE`].
+pub fn parse_flag(text: &str) -> Result<Duration, DurationError> {
+    let range = FLAG_RANGE;
     let t = text.trim();
     let duration = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         t.parse::<u64>()
@@ -300,33 +306,27 @@ mod tests {
 
     #[test]
     fn flags_take_go_syntax_or_bare_milliseconds_within_their_range() {
-        let range = Duration::from_millis(10)..=Duration::from_secs(3600);
-        assert_eq!(
-            parse_flag("2m0s", range.clone()),
-            Ok(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_flag("1500", range.clone()),
-            Ok(Duration::from_millis(1500))
-        );
-        assert_eq!(
-            parse_flag(" 2s ", range.clone()),
-            Ok(Duration::from_secs(2))
-        );
-        assert_eq!(
-            parse_flag("10ms", range.clone()),
-            Ok(Duration::from_millis(10))
-        );
-        assert_eq!(
-            parse_flag("1h", range.clone()),
-            Ok(Duration::from_secs(3600))
-        );
-        let e = parse_flag("9ms", range.clone()).expect_err("below");
+        let ok = [
+            ("10s", Duration::from_secs(10)),
+            ("500ms", Duration::from_millis(500)),
+            ("2m0s", Duration::from_secs(120)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1h0m0s", Duration::from_secs(3600)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("1500", Duration::from_millis(1500)),
+            (" 2s ", Duration::from_secs(2)),
+            ("10ms", Duration::from_millis(10)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_flag(text), Ok(want), "{text}");
+        }
+        let e = parse_flag("9ms").expect_err("below");
         assert_eq!(e.to_string(), "\"9ms\" is outside 10ms..1h");
-        assert!(parse_flag("1h0m0.001s", range.clone()).is_err());
-        assert!(parse_flag("2h", range.clone()).is_err());
-        assert!(parse_flag("1.5", range.clone()).is_err());
-        assert!(parse_flag("99999999999999999999", range).is_err());
+        let e = parse_flag("1h0m0.001s").expect_err("above");
+        assert_eq!(e.to_string(), "\"1h0m0.001s\" is outside 10ms..1h");
+        for text in ["", "2h", "1.5", "fast", "2x", "-5s", "99999999999999999999"] {
+            assert!(parse_flag(text).is_err(), "{text}");
+        }
     }
 
     proptest::proptest! {
