@@ -28,6 +28,10 @@
 //!   init return `NVML_ERROR_UNKNOWN` after one line on stderr naming the problem.
 //! - `GPU_SIM_FROZEN_AT_S`: freeze scenario time at this many seconds (overrides the
 //!   scenario's clock). Otherwise scenario second 0 is the first init.
+//! - `GPU_SIM_DIAL`: a file of `GPU=PERCENT` lines (`*` for every GPU) that sets whole
+//!   GPUs' utilisation while the process runs, re-read when it changes (looked at every
+//!   100 ms at most); counters stay monotonic. Autoscaling tests turn load up and down
+//!   with it.
 //!
 //! ## Faults and errors
 //! - `init_failure`: `nvmlInit*` returns `NVML_ERROR_DRIVER_NOT_LOADED`.

@@ -19,6 +19,9 @@ use std::time::SystemTime;
 pub const SCENARIO_ENV: &str = "GPU_SIM_SCENARIO";
 /// Environment variable freezing scenario time at this many seconds.
 pub const FROZEN_ENV: &str = "GPU_SIM_FROZEN_AT_S";
+/// Environment variable naming a dial file that sets GPUs' utilisation at run time
+/// (`GPU=PERCENT` lines, see `gpu_sim::dial`).
+pub const DIAL_ENV: &str = "GPU_SIM_DIAL";
 /// Scenario used when [`SCENARIO_ENV`] is unset.
 pub const DEFAULT_SCENARIO: &str = "builtin:default";
 
@@ -167,6 +170,9 @@ fn load() -> Result<Sim, Ret> {
             .filter(|t: &f64| t.is_finite())
             .ok_or_else(|| fail(format!("{FROZEN_ENV}={v:?} is not a number of seconds")))?;
         node.freeze_at(t);
+    }
+    if let Some(path) = std::env::var_os(DIAL_ENV) {
+        node.attach_dial(gpu_sim::dial::Dial::new(path));
     }
     if node.init_fails() {
         return Err(DRIVER_NOT_LOADED);

@@ -8,6 +8,7 @@
 //! what each GPU, MIG instance and process reports, in NVML's own units. Readings are
 //! pure functions of the scenario and the time: no state, no sampling-rate effects.
 
+pub mod dial;
 pub mod load;
 pub mod models;
 pub mod node;

@@ -3,10 +3,12 @@
 //! scenario and the time, so two readers (the exporter's simulated source and the fake
 //! libnvidia-ml) always agree.
 
+use crate::dial::Dial;
 use crate::load::Load;
 use crate::models::{MigProfile, ModelProfile};
 use crate::scenario::{Capability, Fault, GpuSpec, ProcessSpec, Scenario, ViolationPolicy};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const MIB: u64 = 1 << 20;
@@ -30,6 +32,8 @@ pub struct SimNode {
     pub gpus: Vec<SimGpu>,
     pub faults: Vec<Fault>,
     clock: SimClock,
+    /// Utilisation set from outside while the node runs, if a dial file is attached.
+    dial: Option<Arc<Dial>>,
 }
 
 /// One physical GPU.
@@ -258,6 +262,7 @@ impl SimNode {
                 frozen_at_s: s.clock.frozen_at_s,
                 epoch,
             },
+            dial: None,
         }
     }
 
@@ -268,6 +273,11 @@ impl SimNode {
     /// Freeze scenario time (tests), overriding the scenario's clock.
     pub fn freeze_at(&mut self, t_s: f64) {
         self.clock.frozen_at_s = Some(t_s);
+    }
+
+    /// Let a dial file ([`crate::dial`]) set whole GPUs' utilisation from now on.
+    pub fn attach_dial(&mut self, dial: Dial) {
+        self.dial = Some(Arc::new(dial));
     }
 
     /// `nvmlInit` fails for this scenario.
@@ -330,7 +340,10 @@ impl SimNode {
     /// load of its MIG instances.
     fn gpu_load(&self, g: &SimGpu, t: f64) -> f64 {
         if g.mig.is_empty() {
-            g.load.at(t)
+            match self.dial_setting(g, t) {
+                Some(setting) => setting.percent,
+                None => g.load.at(t),
+            }
         } else {
             g.mig
                 .iter()
@@ -342,7 +355,10 @@ impl SimNode {
 
     fn gpu_load_integral(&self, g: &SimGpu, t: f64) -> f64 {
         if g.mig.is_empty() {
-            g.load.integral(t)
+            match self.dial_setting(g, t) {
+                Some(setting) => setting.integral(t),
+                None => g.load.integral(t),
+            }
         } else {
             g.mig
                 .iter()
@@ -350,6 +366,12 @@ impl SimNode {
                 .sum::<f64>()
                 / 7.0
         }
+    }
+
+    fn dial_setting(&self, g: &SimGpu, t: f64) -> Option<crate::dial::Setting> {
+        self.dial
+            .as_ref()?
+            .setting(g.index, t, |t| g.load.integral(t))
     }
 
     /// Everything a whole GPU reports at `t`.
@@ -799,6 +821,35 @@ mod tests {
             })
             .sum();
         assert!((e - numeric).abs() / numeric < 1e-3, "{e} vs {numeric}");
+    }
+
+    #[test]
+    fn a_dial_sets_utilisation_and_energy_stays_monotonic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dial");
+        let mut n = node("default");
+        n.attach_dial(Dial::new(&path).checked_every(Duration::ZERO));
+        let scenario = n.gpu_reading(0, 10.0);
+        std::fs::write(&path, "0=97\n*=3\n").unwrap();
+        let high = n.gpu_reading(0, 11.0);
+        assert_eq!(high.gpu_util_percent, Some(97));
+        assert_eq!(n.gpu_reading(1, 11.0).gpu_util_percent, Some(3));
+        assert!(high.power_mw > n.gpu_reading(1, 11.0).power_mw);
+        let later = n.gpu_reading(0, 21.0);
+        assert!(scenario.energy_mj < high.energy_mj && high.energy_mj < later.energy_mj);
+        // 10 s at the dial's constant power (mW·s = mJ), up to rounding of both.
+        let want = f64::from(later.power_mw) * 10.0;
+        let got = (later.energy_mj - high.energy_mj) as f64;
+        assert!((got - want).abs() <= 10.0, "{got} vs {want}");
+        let procs: u32 = n
+            .gpu_processes(0, 21.0)
+            .iter()
+            .map(|p| p.sm_util_percent)
+            .sum();
+        assert!(
+            procs == 0 || procs == 97,
+            "process shares follow the dial: {procs}"
+        );
     }
 
     #[test]
