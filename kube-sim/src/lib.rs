@@ -16,10 +16,14 @@
 //!
 //! [`node::SimKubeNode`] runs the three together from a `gpu-sim` scenario.
 //!
+//! The `fake-kubelet` binary serves the PodResources socket for a node of a real control
+//! plane (`tests/kube`), allocating GPUs to the pods bound there ([`allocation`]).
+//!
 //! Every server owns a tokio runtime on a thread of its own, so it works the same from
 //! synchronous code and from inside another runtime, and stopping it drops every
 //! connection it had open.
 
+pub mod allocation;
 pub mod apiserver;
 pub mod kubelet;
 pub mod node;
