@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Build the tests' control plane from the Go modules beside this script, into
+# target/kube/bin (or $KUBE_BIN_DIR): kube-apiserver, kube-controller-manager,
+# kube-scheduler and kubectl of one Kubernetes release (kubernetes/), etcd (etcd/) and
+# kwok (kwok/). One module per tool keeps their dependency graphs apart. A module is
+# rebuilt only when its go.mod, go.sum or sources change (a stamp beside the binaries).
+#   bash tests/kube/build.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${KUBE_BIN_DIR:-$(cd "$here/../.." && pwd)/target/kube/bin}
+mkdir -p "$out"
+export GOFLAGS="${GOFLAGS:-} -mod=readonly -trimpath"
+
+# build MODULE LDFLAGS PACKAGE...
+build() {
+    local module=$1 ldflags=$2
+    shift 2
+    local stamp="$out/.$module.stamp" want
+    want=$(cd "$here/$module" && find . -maxdepth 1 -type f \( -name 'go.*' -o -name '*.go' \) \
+        -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-32)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    echo "tests/kube/build.sh: building $module" >&2
+    local started=$SECONDS
+    (cd "$here/$module" && go build -ldflags "-s -w $ldflags" -o "$out/" "$@")
+    echo "$want" >"$stamp"
+    echo "tests/kube/build.sh: $module built in $((SECONDS - started)) s" >&2
+}
+
+# The release the binaries report (kubectl version, discovery), from go.mod.
+kube=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/kubernetes/go.mod")
+minor=$(echo "$kube" | cut -d. -f2)
+v=k8s.io/component-base/version
+build kubernetes "-X $v.gitVersion=$kube -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+build etcd "" .
+build kwok "" sigs.k8s.io/kwok/cmd/kwok

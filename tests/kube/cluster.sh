@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on this machine, with simulated GPU nodes, the
+# exporters and the metrics adapter registered through deploy/:
+#
+#   bash tests/kube/cluster.sh up DIR     # then: export KUBECONFIG=DIR/kubeconfig
+#   bash tests/kube/cluster.sh down DIR   # stops everything `up` started
+#
+# `up` starts etcd, kube-apiserver (RBAC, the aggregation layer with its front-proxy
+# client certificate and requestheader CA, service-account tokens), the
+# kube-controller-manager (HPA sync every 2 s), kube-scheduler and kwok, which plays the
+# nodes and the pod lifecycles (there is no kubelet). It adds $GPU_NODES nodes
+# (default 2) with capacity nvidia.com/gpu: 8; on each runs a fake kubelet
+# (kube-sim's fake-kubelet: the pods the scheduler bound there and the GPUs allocated to
+# them, on a PodResources socket) and a gpu-exporter reading simulated GPUs through the
+# fake libnvidia-ml with the node's ServiceAccount identity. The adapter runs as a local
+# process with the ServiceAccount and RBAC of deploy/, registered by deploy/'s
+# APIService objects: deploy/overlays/static-certs is applied with a serving certificate
+# from its generate-certs.sh (SAN gpu-metrics-adapter.gpu-monitoring.svc, caBundle set
+# by the overlay), its Service replaced by an ExternalName Service to localhost. Then
+# deploy/examples/hpa (the inference Deployment and its HPA).
+#
+# Every GPU's utilisation follows DIR/dial (`*=PERCENT`, or `INDEX=PERCENT` lines; see
+# gpu-sim's dial): write it to make the HPA scale. DIR gets kubeconfig (admin), logs/,
+# env (ports and paths, sourceable) and pids/. Ports are free ones.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bin=${KUBE_BIN_DIR:-$root/target/kube/bin}
+rust=${RUST_BIN_DIR:-$root/target/debug}
+
+usage() {
+    echo "usage: $0 up DIR | down DIR" >&2
+    exit 2
+}
+[ $# -eq 2 ] || usage
+cmd=$1
+dir=$(mkdir -p "$2" && cd "$2" && pwd)
+
+# --- down --------------------------------------------------------------------------
+
+down() {
+    local pids=() p
+    for f in "$dir"/pids/*; do
+        [ -e "$f" ] || continue
+        p=$(cat "$f")
+        # Only a process that is still the one started (its command line names DIR or
+        # one of our binaries) is signalled: pids are reused.
+        if kill -0 "$p" 2>/dev/null; then
+            pids+=("$p")
+            kill -TERM "$p" 2>/dev/null || true
+        fi
+        rm -f "$f"
+    done
+    local deadline=$((SECONDS + 20))
+    for p in "${pids[@]}"; do
+        while kill -0 "$p" 2>/dev/null; do
+            if [ $SECONDS -ge $deadline ]; then
+                kill -KILL "$p" 2>/dev/null || true
+                break
+            fi
+            sleep 0.1
+        done
+    done
+}
+
+if [ "$cmd" = down ]; then
+    down
+    exit 0
+fi
+[ "$cmd" = up ] || usage
+
+# --- helpers -------------------------------------------------------------------------
+
+mkdir -p "$dir/logs" "$dir/pids" "$dir/pki" "$dir/nodes"
+log() { echo "cluster.sh: $*" >&2; }
+fail() {
+    log "$*"
+    for f in "$dir"/logs/*.log; do
+        [ -s "$f" ] || continue
+        echo "--- $f (last 15 lines)" >&2
+        tail -n 15 "$f" >&2
+    done
+    down
+    exit 1
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start NAME COMMAND...: run in its own session, output to logs/NAME.log.
+start() {
+    local name=$1
+    shift
+    setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$dir/pids/$name"
+}
+# wait_for WHAT SECONDS COMMAND...: poll until COMMAND succeeds.
+wait_for() {
+    local what=$1 limit=$2
+    shift 2
+    local deadline=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || fail "$what not ready within ${limit}s"
+        sleep 0.2
+    done
+}
+kubectl() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
+
+# --- binaries ----------------------------------------------------------------------
+
+bash "$here/build.sh"
+if [ -z "${RUST_BIN_DIR:-}" ]; then
+    (cd "$root" && cargo build --locked -q -p gpu-exporter -p gpu-metrics-adapter -p kube-sim \
+        -p fake-nvml)
+fi
+for b in gpu-exporter gpu-metrics-adapter fake-kubelet libnvidia_ml.so; do
+    [ -e "$rust/$b" ] || fail "$rust/$b missing (cargo build)"
+done
+
+# --- PKI ---------------------------------------------------------------------------
+
+pki=$dir/pki
+umask 077
+# ca NAME CN
+ca() {
+    [ -s "$pki/$1.crt" ] && return 0
+    openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$1.key"
+    openssl req -x509 -new -key "$pki/$1.key" -sha256 -days 30 -subj "/CN=$2" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" -out "$pki/$1.crt"
+}
+# cert NAME CA SUBJECT USAGE [SANS]
+cert() {
+    local name=$1 ca=$2 subject=$3 usage=$4 sans=${5:-}
+    [ -s "$pki/$name.crt" ] && return 0
+    openssl ecparam -name prime256v1 -genkey -noout -out "$pki/$name.key"
+    openssl req -new -key "$pki/$name.key" -subj "$subject" -out "$pki/$name.csr"
+    {
+        echo "basicConstraints=critical,CA:FALSE"
+        echo "keyUsage=critical,digitalSignature"
+        echo "extendedKeyUsage=$usage"
+        [ -z "$sans" ] || echo "subjectAltName=$sans"
+    } >"$pki/$name.ext"
+    openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" \
+        -CAcreateserial -sha256 -days 30 -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
+    rm -f "$pki/$name.csr" "$pki/$name.ext"
+}
+ca ca kubernetes-ca
+ca front-proxy-ca front-proxy-ca
+cert apiserver ca /CN=kube-apiserver serverAuth \
+    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1"
+cert admin ca "/O=system:masters/CN=kubernetes-admin" clientAuth
+cert controller-manager ca /CN=system:kube-controller-manager clientAuth
+cert scheduler ca /CN=system:kube-scheduler clientAuth
+cert front-proxy-client front-proxy-ca /CN=front-proxy-client clientAuth
+[ -s "$pki/sa.key" ] || {
+    openssl ecparam -name prime256v1 -genkey -noout -out "$pki/sa.key"
+    openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+}
+umask 022
+
+# --- etcd --------------------------------------------------------------------------
+
+etcd_port=$(free_port)
+etcd_peer=$(free_port)
+start etcd "$bin/etcd" --name default --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "default=http://127.0.0.1:$etcd_peer" \
+    --listen-metrics-urls "" --log-level warn
+wait_for etcd 60 curl -fs "http://127.0.0.1:$etcd_port/health"
+
+# --- kube-apiserver ----------------------------------------------------------------
+
+api_port=$(free_port)
+server=https://127.0.0.1:$api_port
+start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --cert-dir "$dir/apiserver" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" \
+    --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --endpoint-reconciler-type none \
+    --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --requestheader-uid-headers X-Remote-Uid \
+    --proxy-client-cert-file "$pki/front-proxy-client.crt" \
+    --proxy-client-key-file "$pki/front-proxy-client.key" \
+    --allow-privileged=true --profiling=false
+
+# kubeconfig NAME USER: a kubeconfig for a client certificate.
+kubeconfig() {
+    local file=$dir/$1 user=$2
+    cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: gpu-sim
+    cluster:
+      server: $server
+      certificate-authority: $pki/ca.crt
+users:
+  - name: $user
+    user:
+      client-certificate: $pki/$user.crt
+      client-key: $pki/$user.key
+contexts:
+  - name: gpu-sim
+    context: {cluster: gpu-sim, user: $user}
+current-context: gpu-sim
+EOF
+}
+kubeconfig kubeconfig admin
+kubeconfig controller-manager.kubeconfig controller-manager
+kubeconfig scheduler.kubeconfig scheduler
+wait_for kube-apiserver 120 kubectl get --raw /readyz
+
+# --- controller-manager, scheduler, kwok -------------------------------------------
+
+start kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig "$dir/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --horizontal-pod-autoscaler-sync-period 2s
+start kube-scheduler "$bin/kube-scheduler" \
+    --kubeconfig "$dir/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$dir/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
+kwok_port=$(free_port)
+# kwok's own "fast" stages (nodes Ready at once, leases renewed; pods Running and Ready
+# once bound, completed and deleted as a kubelet would), from its pinned module.
+stages=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+start kwok "$bin/kwok" --kubeconfig "$dir/kubeconfig" \
+    --config "$stages/node/fast/node-initialize.yaml" \
+    --config "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+    --config "$stages/pod/fast/pod-ready.yaml" \
+    --config "$stages/pod/fast/pod-complete.yaml" \
+    --config "$stages/pod/fast/pod-delete.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --server-address "127.0.0.1:$kwok_port" \
+    --node-ip 127.0.0.1 --node-lease-duration-seconds 40
+wait_for "the default ServiceAccount" 60 kubectl -n default get serviceaccount default
+
+# --- GPU nodes ---------------------------------------------------------------------
+
+nodes=${GPU_NODES:-2}
+for i in $(seq 0 $((nodes - 1))); do
+    cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: gpu-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    nvidia.com/gpu.present: "true"
+    type: kwok
+status:
+  capacity: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+  nodeInfo: {architecture: amd64, operatingSystem: linux, kubeletVersion: fake}
+---
+EOF
+done | kubectl apply -f - >/dev/null
+wait_for "kwok's nodes" 60 kubectl wait --for=condition=Ready node --all --timeout=1s
+
+# --- deploy/: the adapter's and exporter's identities, RBAC and APIServices ----------
+
+adapter_port=$(free_port)
+adapter_grpc=$(free_port)
+overlay=$dir/deploy
+mkdir -p "$overlay/static-certs/certs"
+# deploy/overlays/static-certs, as a user would use it: its certificates made by its own
+# script, its kustomization copied beside them (the certs/ it names are per cluster).
+bash "$root/deploy/overlays/static-certs/generate-certs.sh" "$overlay/static-certs/certs" >/dev/null
+# (kustomize takes relative paths only.)
+deploy_rel=$(realpath --relative-to "$overlay/static-certs" "$root/deploy")
+sed "s|\.\./\.\./|$deploy_rel/|g" "$root/deploy/overlays/static-certs/kustomization.yaml" \
+    >"$overlay/static-certs/kustomization.yaml"
+# What differs from a cluster with real nodes: the adapter and the exporters run as
+# processes on this machine, so the adapter's Service is an ExternalName to localhost on
+# the adapter's port (which the APIServices name), the Deployment has no replicas and
+# the DaemonSet is not created; there is no Prometheus Operator for the ServiceMonitor.
+cat >"$overlay/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - static-certs
+patches:
+  - target: {kind: Service, name: gpu-metrics-adapter}
+    patch: |
+      - {op: replace, path: /spec/type, value: ExternalName}
+      - {op: add, path: /spec/externalName, value: localhost}
+      - {op: remove, path: /spec/selector}
+      - op: replace
+        path: /spec/ports
+        value:
+          - {name: https, port: $adapter_port, targetPort: $adapter_port, protocol: TCP}
+          - {name: grpc, port: $adapter_grpc, targetPort: $adapter_grpc, protocol: TCP}
+  - target: {group: apiregistration.k8s.io, kind: APIService}
+    patch: |
+      - op: replace
+        path: /spec/service/port
+        value: $adapter_port
+  - target: {kind: Deployment, name: gpu-metrics-adapter}
+    patch: |
+      - op: replace
+        path: /spec/replicas
+        value: 0
+  - target: {kind: DaemonSet, name: gpu-exporter}
+    patch: |
+      \$patch: delete
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: gpu-exporter, namespace: gpu-monitoring}
+  - target: {kind: ServiceMonitor}
+    patch: |
+      \$patch: delete
+      apiVersion: monitoring.coreos.com/v1
+      kind: ServiceMonitor
+      metadata: {name: gpu-exporter, namespace: gpu-monitoring}
+EOF
+kubectl kustomize "$overlay" >"$overlay/rendered.yaml"
+kubectl apply --server-side --field-manager cluster.sh -f "$overlay/rendered.yaml" >/dev/null
+
+# sa_kubeconfig FILE NAMESPACE NAME: a kubeconfig with a token of that ServiceAccount.
+sa_kubeconfig() {
+    local token
+    token=$(kubectl -n "$2" create token "$3" --duration 24h)
+    cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: gpu-sim
+    cluster:
+      server: $server
+      certificate-authority: $pki/ca.crt
+users:
+  - name: $3
+    user:
+      token: $token
+contexts:
+  - name: gpu-sim
+    context: {cluster: gpu-sim, user: $3}
+current-context: gpu-sim
+EOF
+}
+sa_kubeconfig "$dir/exporter.kubeconfig" gpu-monitoring gpu-exporter
+sa_kubeconfig "$dir/adapter.kubeconfig" gpu-monitoring gpu-metrics-adapter
+
+# --- per node: fake kubelet and exporter -------------------------------------------
+
+dial=$dir/dial
+[ -e "$dial" ] || echo "*=50" >"$dial"
+scenario=${GPU_SCENARIO:-builtin:default}
+exporter_urls=()
+for i in $(seq 0 $((nodes - 1))); do
+    node=gpu-node-$i
+    socket=$dir/nodes/$node/pod-resources/kubelet.sock
+    start "fake-kubelet-$node" "$rust/fake-kubelet" --kubeconfig "$dir/kubeconfig" \
+        --node-name "$node" --socket "$socket" --scenario "$scenario"
+    port=$(free_port)
+    # The DaemonSet's arguments (deploy/base/exporter/daemonset.yaml), with this node's
+    # socket, address and identity, and a 1 s sampling interval for the autoscaling tests.
+    start "gpu-exporter-$node" env NODE_NAME="$node" GPU_SIM_SCENARIO="$scenario" \
+        GPU_SIM_DIAL="$dial" \
+        "$rust/gpu-exporter" --nvml-lib "$rust/libnvidia_ml.so" \
+        --address "127.0.0.1:$port" --collect-interval 1000 \
+        --kubernetes --pod-resources-kubelet-socket "$socket" \
+        --kubernetes-pod-labels app,app.kubernetes.io/name,app.kubernetes.io/instance \
+        --kubeconfig "$dir/exporter.kubeconfig" \
+        --collectors "$root/deploy/base/exporter/counters.csv" --log-format json
+    exporter_urls+=("http://127.0.0.1:$port/metrics")
+done
+for url in "${exporter_urls[@]}"; do
+    wait_for "exporter $url" 60 curl -fs "$url"
+done
+
+# --- the adapter -------------------------------------------------------------------
+
+certs=$overlay/static-certs/certs
+adapter_args=()
+for url in "${exporter_urls[@]}"; do adapter_args+=(--exporter-url "$url"); done
+start gpu-metrics-adapter "$rust/gpu-metrics-adapter" \
+    --bind-address 127.0.0.1 --secure-port "$adapter_port" --grpc-port "$adapter_grpc" \
+    --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \
+    --kubeconfig "$dir/adapter.kubeconfig" "${adapter_args[@]}"
+
+wait_for "the APIServices" 120 kubectl wait --for=condition=Available --timeout=1s \
+    apiservice v1beta2.custom.metrics.k8s.io v1beta1.custom.metrics.k8s.io \
+    v1beta1.external.metrics.k8s.io
+
+# --- the example workload ----------------------------------------------------------
+
+if [ "${DEPLOY_EXAMPLES:-1}" = 1 ]; then
+    kubectl apply --server-side --field-manager cluster.sh -k "$root/deploy/examples/hpa" >/dev/null
+fi
+
+cat >"$dir/env" <<EOF
+KUBECONFIG=$dir/kubeconfig
+KUBE_BIN_DIR=$bin
+API_SERVER=$server
+ADAPTER_PORT=$adapter_port
+ADAPTER_GRPC_PORT=$adapter_grpc
+ADAPTER_CA=$certs/ca.crt
+EXPORTER_URLS="${exporter_urls[*]}"
+DIAL=$dial
+EOF
+log "up: export KUBECONFIG=$dir/kubeconfig (kubectl: $bin/kubectl); GPU load: echo '*=90' > $dial"
