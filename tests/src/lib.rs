@@ -1,6 +1,7 @@
 //! Shared infrastructure for the end-to-end tests: run the real exporter binary, a real
 //! Prometheus and promtool, and wait on conditions (never on fixed sleeps).
 
+pub mod cluster;
 pub mod hpa;
 pub mod https;
 pub mod pki;

@@ -8,6 +8,7 @@ mod adapter_auth;
 mod adapter_discovery;
 mod adapter_prometheus;
 mod attribution;
+mod cluster;
 mod dashboards;
 mod demo;
 mod deploy;
