@@ -5,7 +5,9 @@
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
 #   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test,
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
-#     for the manifest tests (tests/tests/e2e/deploy.rs).
+#     for the manifest tests (tests/tests/e2e/deploy.rs),
+#   - go (Debian package `golang-go`) to build the real control plane of tests/kube
+#     (its Go modules come through the Go module proxy).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -41,6 +43,12 @@ if ! command -v nm >/dev/null 2>&1 || ! command -v readelf >/dev/null 2>&1; then
 fi
 if ! command -v openssl >/dev/null 2>&1; then
     apt_packages+=(openssl)
+fi
+# Go builds the real control plane (tests/kube/build.sh). Debian's go may be older than
+# the modules' `go` line: it then fetches the toolchain they name through the Go module
+# proxy (GOTOOLCHAIN=auto, the default).
+if ! command -v go >/dev/null 2>&1; then
+    apt_packages+=(golang-go)
 fi
 if ! command -v python3 >/dev/null 2>&1; then
     apt_packages+=(python3 python3-pip)
