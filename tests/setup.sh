@@ -5,7 +5,9 @@
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
 #   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test,
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
-#     for the manifest tests (tests/tests/e2e/deploy.rs).
+#     for the manifest tests (tests/tests/e2e/deploy.rs),
+#   - podman and runc (Debian; runc, not crun, which fails on some hosts' cgroup layout)
+#     and ca-certificates for the container image tests (tests/tests/e2e/images.rs).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -41,6 +43,15 @@ if ! command -v nm >/dev/null 2>&1 || ! command -v readelf >/dev/null 2>&1; then
 fi
 if ! command -v openssl >/dev/null 2>&1; then
     apt_packages+=(openssl)
+fi
+if ! command -v podman >/dev/null 2>&1; then
+    apt_packages+=(podman)
+fi
+if ! command -v runc >/dev/null 2>&1; then
+    apt_packages+=(runc)
+fi
+if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
+    apt_packages+=(ca-certificates)
 fi
 if ! command -v python3 >/dev/null 2>&1; then
     apt_packages+=(python3 python3-pip)

@@ -93,6 +93,16 @@ fi
 # --- The binaries -------------------------------------------------------------------------
 
 if [ -z "$binaries" ]; then
+    # Run from inside a cargo process (a test, a build script), the package variables
+    # cargo set for it would reach dependencies' build scripts (ring's reads
+    # CARGO_MANIFEST_DIR) and make cargo rebuild what is already built.
+    for v in $(compgen -e); do
+        case "$v" in
+            CARGO_PKG_* | CARGO_MANIFEST_* | CARGO_CRATE_NAME | CARGO_BIN_NAME | \
+                CARGO_PRIMARY_PACKAGE | CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR)
+                unset "$v" ;;
+        esac
+    done
     say "building the release binaries (the exporter without default features)"
     (cd "$root" && "$CARGO" build --release --locked -p gpu-exporter --no-default-features) >&2
     (cd "$root" && "$CARGO" build --release --locked -p gpu-metrics-adapter) >&2
