@@ -4,9 +4,10 @@
 #   ghcr.io/gpu-exporter/gpu-metrics-adapter:VERSION  (deploy/base/adapter/deployment.yaml)
 # VERSION is the crate version (Cargo.toml), never `latest`. The images take the release
 # binaries, stripped of their symbol tables: the exporter built without default features
-# (no simulators, no test doubles), the adapter as it is. The base is a build argument, by default distroless's glibc image
-# with a non-root user; where that cannot be pulled (no registry access), a stand-in is
-# built from this machine's glibc and CA files (base.Containerfile).
+# (no simulators, no test doubles), the adapter as it is. The base is a build argument,
+# by default distroless's glibc image with a non-root user; where that cannot be pulled
+# (no registry access), a stand-in is built from this machine's glibc and CA files
+# (base.Containerfile).
 #
 # Usage: deploy/images/build.sh [OPTIONS]
 #   --registry PREFIX  name the images PREFIX/gpu-exporter and PREFIX/gpu-metrics-adapter
