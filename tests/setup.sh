@@ -7,7 +7,9 @@
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
 #     for the manifest tests (tests/tests/e2e/deploy.rs),
 #   - go (Debian package `golang-go`) to build the real control plane of tests/kube
-#     (its Go modules come through the Go module proxy).
+#     (its Go modules come through the Go module proxy),
+#   - podman and runc (Debian; runc, not crun, which fails on some hosts' cgroup layout)
+#     and ca-certificates for the container image tests (tests/tests/e2e/images.rs).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -49,6 +51,15 @@ fi
 # proxy (GOTOOLCHAIN=auto, the default).
 if ! command -v go >/dev/null 2>&1; then
     apt_packages+=(golang-go)
+fi
+if ! command -v podman >/dev/null 2>&1; then
+    apt_packages+=(podman)
+fi
+if ! command -v runc >/dev/null 2>&1; then
+    apt_packages+=(runc)
+fi
+if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
+    apt_packages+=(ca-certificates)
 fi
 if ! command -v python3 >/dev/null 2>&1; then
     apt_packages+=(python3 python3-pip)

@@ -302,6 +302,11 @@ impl Process {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// The exit status, once the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for Process {
