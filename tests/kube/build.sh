@@ -37,3 +37,6 @@ build kubernetes "-X $v.gitVersion=$kube -X $v.gitMajor=1 -X $v.gitMinor=$minor 
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 build etcd "" .
 build kwok "" sigs.k8s.io/kwok/cmd/kwok
+helm=$(awk '$1 == "helm.sh/helm/v4" { print $2 }' "$here/helm/go.mod")
+build helm "-X helm.sh/helm/v4/internal/version.version=$helm -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+    helm.sh/helm/v4/cmd/helm

@@ -16,8 +16,10 @@
 # process with the ServiceAccount and RBAC of deploy/, registered by deploy/'s
 # APIService objects: deploy/overlays/static-certs is applied with a serving certificate
 # from its generate-certs.sh (SAN gpu-metrics-adapter.gpu-monitoring.svc, caBundle set
-# by the overlay), its Service replaced by an ExternalName Service to localhost. Then
-# deploy/examples/hpa (the inference Deployment and its HPA).
+# by the overlay), its Service replaced by an ExternalName Service to localhost. With
+# DEPLOY_WITH=helm, deploy/helm's two charts are installed instead (`helm install`, the
+# same certificate, the same Service patch as a post-renderer). Then deploy/examples/hpa
+# (the inference Deployment and its HPA).
 #
 # Every GPU's utilisation follows DIR/dial (`*=PERCENT`, or `INDEX=PERCENT` lines; see
 # gpu-sim's dial): write it to make the HPA scale. DIR gets kubeconfig (admin), logs/,
@@ -103,6 +105,17 @@ wait_for() {
     done
 }
 kubectl() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
+# Helm with its state under DIR/helm (never the user's ~/.config/helm).
+helm_home=$dir/helm
+helm() {
+    HELM_CACHE_HOME=$helm_home/cache HELM_CONFIG_HOME=$helm_home/config \
+        HELM_DATA_HOME=$helm_home/data KUBECONFIG=$dir/kubeconfig "$bin/helm" "$@"
+}
+deploy_with=${DEPLOY_WITH:-kustomize}
+case "$deploy_with" in
+kustomize | helm) ;;
+*) fail "DEPLOY_WITH=$deploy_with: kustomize or helm" ;;
+esac
 
 # --- binaries ----------------------------------------------------------------------
 
@@ -297,14 +310,8 @@ sed "s|\.\./\.\./|$deploy_rel/|g" "$root/deploy/overlays/static-certs/kustomizat
     >"$overlay/static-certs/kustomization.yaml"
 # What differs from a cluster with real nodes: the adapter and the exporters run as
 # processes on this machine, so the adapter's Service is an ExternalName to localhost on
-# the adapter's port (which the APIServices name), the Deployment has no replicas and
-# the DaemonSet is not created; there is no Prometheus Operator for the ServiceMonitor.
-cat >"$overlay/kustomization.yaml" <<EOF
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - static-certs
-patches:
+# the adapter's port (which the APIServices name). Both install paths get that patch.
+plumbing=$(cat <<EOF
   - target: {kind: Service, name: gpu-metrics-adapter}
     patch: |
       - {op: replace, path: /spec/type, value: ExternalName}
@@ -320,6 +327,21 @@ patches:
       - op: replace
         path: /spec/service/port
         value: $adapter_port
+EOF
+)
+certs=$overlay/static-certs/certs
+case "$deploy_with" in
+kustomize)
+    # deploy/overlays/static-certs, with the plumbing; besides, the Deployment has no
+    # replicas and the DaemonSet is not created (kwok would play pods for them that do
+    # nothing), and there is no Prometheus Operator for the ServiceMonitors.
+    cat >"$overlay/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - static-certs
+patches:
+$plumbing
   - target: {kind: Deployment, name: gpu-metrics-adapter}
     patch: |
       - op: replace
@@ -338,8 +360,52 @@ patches:
       kind: ServiceMonitor
       metadata: {name: gpu-exporter, namespace: gpu-monitoring}
 EOF
-kubectl kustomize "$overlay" >"$overlay/rendered.yaml"
-kubectl apply --server-side --field-manager cluster.sh -f "$overlay/rendered.yaml" >/dev/null
+    kubectl kustomize "$overlay" >"$overlay/rendered.yaml"
+    kubectl apply --server-side --field-manager cluster.sh -f "$overlay/rendered.yaml" >/dev/null
+    ;;
+helm)
+    # deploy/helm's charts as a user installs them, with the static-certs certificate;
+    # the plumbing goes in as a Helm post-renderer plugin (kustomize over Helm's output).
+    # The DaemonSet and Deployment stay: kwok plays their pods. No ServiceMonitors (no
+    # Prometheus Operator CRDs here).
+    plugin=$helm_home/data/plugins/cluster-plumbing
+    mkdir -p "$plugin"
+    cat >"$plugin/plugin.yaml" <<EOF
+name: cluster-plumbing
+version: 0.1.0
+type: postrenderer/v1
+apiVersion: v1
+runtime: subprocess
+runtimeConfig:
+  platformCommand:
+    - command: \${HELM_PLUGIN_DIR}/render.sh
+EOF
+    {
+        echo "patches:"
+        echo "$plumbing"
+    } >"$plugin/patches.yaml"
+    cat >"$plugin/render.sh" <<EOF
+#!/usr/bin/env bash
+# Helm's rendered manifests on stdin, the same manifests with the plumbing on stdout.
+set -euo pipefail
+work=\$(mktemp -d)
+trap 'rm -rf "\$work"' EXIT
+cat >"\$work/rendered.yaml"
+{ echo "resources: [rendered.yaml]"; cat "$plugin/patches.yaml"; } >"\$work/kustomization.yaml"
+"$bin/kubectl" kustomize "\$work"
+EOF
+    chmod +x "$plugin/render.sh"
+    helm install gpu-exporter "$root/deploy/helm/gpu-exporter" -n gpu-monitoring \
+        --create-namespace --set serviceMonitor.enabled=false --wait --timeout 120s \
+        >>"$dir/logs/helm.log" 2>&1 ||
+        fail "helm install gpu-exporter failed"
+    helm install gpu-metrics-adapter "$root/deploy/helm/gpu-metrics-adapter" -n gpu-monitoring \
+        --set serviceMonitor.enabled=false --set tls.source=static \
+        --set-file tls.static.cert="$certs/tls.crt" --set-file tls.static.key="$certs/tls.key" \
+        --set-file tls.static.ca="$certs/ca.crt" --post-renderer cluster-plumbing \
+        --wait --timeout 120s >>"$dir/logs/helm.log" 2>&1 || fail "helm install gpu-metrics-adapter failed"
+    ;;
+esac
 
 # sa_kubeconfig FILE NAMESPACE NAME: a kubeconfig with a token of that ServiceAccount.
 sa_kubeconfig() {
@@ -396,7 +462,6 @@ done
 
 # --- the adapter -------------------------------------------------------------------
 
-certs=$overlay/static-certs/certs
 adapter_args=()
 for url in "${exporter_urls[@]}"; do adapter_args+=(--exporter-url "$url"); done
 start gpu-metrics-adapter "$rust/gpu-metrics-adapter" \
@@ -423,5 +488,9 @@ ADAPTER_GRPC_PORT=$adapter_grpc
 ADAPTER_CA=$certs/ca.crt
 EXPORTER_URLS="${exporter_urls[*]}"
 DIAL=$dial
+DEPLOY_WITH=$deploy_with
+HELM_CACHE_HOME=$helm_home/cache
+HELM_CONFIG_HOME=$helm_home/config
+HELM_DATA_HOME=$helm_home/data
 EOF
 log "up: export KUBECONFIG=$dir/kubeconfig (kubectl: $bin/kubectl); GPU load: echo '*=90' > $dial"

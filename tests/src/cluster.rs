@@ -19,12 +19,19 @@ impl Cluster {
     /// Bring a cluster up (the binaries must be built: tests/run.sh builds the Go ones
     /// with tests/kube/build.sh and the Rust ones with cargo).
     pub fn up() -> Cluster {
+        Cluster::up_with(&[])
+    }
+
+    /// Bring a cluster up with cluster.sh's environment settings, e.g.
+    /// `("DEPLOY_WITH", "helm")`.
+    pub fn up_with(env: &[(&str, &str)]) -> Cluster {
         let dir = scratch_dir("cluster");
         let out = Command::new("bash")
             .arg(workspace().join("tests/kube/cluster.sh"))
             .arg("up")
             .arg(&dir)
             .env("RUST_BIN_DIR", target_profile_dir())
+            .envs(env.iter().copied())
             .output()
             .expect("run tests/kube/cluster.sh");
         let mut cluster = Cluster {
@@ -61,6 +68,17 @@ impl Cluster {
     pub fn kubectl(&self) -> Command {
         let mut cmd = Command::new(Path::new(self.env("KUBE_BIN_DIR")).join("kubectl"));
         cmd.arg("--kubeconfig").arg(self.dir.join("kubeconfig"));
+        cmd
+    }
+
+    /// The built helm, as the cluster's admin, with the state `up` gave it (DIR/helm: its
+    /// post-renderer plugin among it).
+    pub fn helm(&self) -> Command {
+        let mut cmd = Command::new(Path::new(self.env("KUBE_BIN_DIR")).join("helm"));
+        cmd.env("KUBECONFIG", self.dir.join("kubeconfig"));
+        for key in ["HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"] {
+            cmd.env(key, self.env(key));
+        }
         cmd
     }
 

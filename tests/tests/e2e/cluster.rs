@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 const NS: &str = "inference";
 const SELECTOR: &str = "app=resnet-inference";
 /// The examples' HPA target (deploy/examples/hpa/hpa.yaml), in milli-units.
-const TARGET_MILLI: i64 = 70_000;
-const APISERVICES: [&str; 3] = [
+pub(crate) const TARGET_MILLI: i64 = 70_000;
+pub(crate) const APISERVICES: [&str; 3] = [
     "v1beta2.custom.metrics.k8s.io",
     "v1beta1.custom.metrics.k8s.io",
     "v1beta1.external.metrics.k8s.io",
@@ -43,7 +43,7 @@ fn a_real_control_plane_aggregates_authorizes_and_scales() {
     );
 }
 
-fn apiservices_are_available(c: &Cluster) {
+pub(crate) fn apiservices_are_available(c: &Cluster) {
     for name in APISERVICES {
         let api = c.json(&["apiservice", name]);
         let available = api["status"]["conditions"]
@@ -276,7 +276,7 @@ fn hpa_replicas(c: &Cluster, name: &str) -> (i64, i64) {
 
 /// Wait until the Deployment, its pods' metrics and the HPA agree at `percent`: every
 /// running pod has a value, all at `percent`, and the HPA wants what it has.
-fn settle(c: &Cluster, hpa_name: &str, percent: i64) -> i64 {
+pub(crate) fn settle(c: &Cluster, hpa_name: &str, percent: i64) -> i64 {
     c.set_utilization(percent as u32);
     c.wait(
         &format!("{hpa_name} steady at {percent} %"),
@@ -299,7 +299,7 @@ fn settle(c: &Cluster, hpa_name: &str, percent: i64) -> i64 {
 /// metric it reports having read (the exporters sample independently, so the HPA may
 /// act on a mix of old and new values: the reported metric must lie between them).
 /// Returns (replicas before, after, seconds from the change to the decision).
-fn step(
+pub(crate) fn step(
     c: &Cluster,
     hpa_name: &str,
     settled: i64,
@@ -352,7 +352,7 @@ fn step(
     (current, desired, latency)
 }
 
-fn scaling_active(c: &Cluster, hpa_name: &str) {
+pub(crate) fn scaling_active(c: &Cluster, hpa_name: &str) {
     let h = c.json(&["hpa", "-n", NS, hpa_name]);
     let active = h["status"]["conditions"]
         .as_array()

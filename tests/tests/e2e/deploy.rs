@@ -37,7 +37,7 @@ const SCENARIO: &str = "tests/fixtures/deploy-inference-node.toml";
 /// A private copy of `deploy/` with a freshly generated static-certs key pair (the
 /// overlay needs files the user provides; generate-certs.sh is how the README makes
 /// them). Built once per test process.
-fn tree() -> &'static Path {
+pub(crate) fn tree() -> &'static Path {
     static TREE: OnceLock<PathBuf> = OnceLock::new();
     TREE.get_or_init(|| {
         let dir = scratch_dir("deploy").join("deploy");
@@ -70,7 +70,7 @@ fn run(cmd: &mut Command) -> String {
 }
 
 /// `kubectl kustomize DIR`, failing with kustomize's stderr.
-fn kustomize(dir: &Path) -> String {
+pub(crate) fn kustomize(dir: &Path) -> String {
     let out = Command::new("kubectl")
         .arg("kustomize")
         .arg(dir)
@@ -86,7 +86,7 @@ fn kustomize(dir: &Path) -> String {
 }
 
 /// Validate a YAML stream; (objects, errors).
-fn validate_yaml(yaml: &str) -> (Vec<Value>, Vec<String>) {
+pub(crate) fn validate_yaml(yaml: &str) -> (Vec<Value>, Vec<String>) {
     let mut cmd = Command::new("python3");
     cmd.arg(workspace().join("tests/deploy/validate_manifests.py"))
         .arg("--crd-schemas")

@@ -14,6 +14,7 @@ mod demo;
 mod deploy;
 mod features;
 mod golden;
+mod helm;
 mod images;
 mod layering;
 mod nvml_backend;
