@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the tests' control plane from the Go modules beside this script, into
 # target/kube/bin (or $KUBE_BIN_DIR): kube-apiserver, kube-controller-manager,
-# kube-scheduler and kubectl of one Kubernetes release (kubernetes/), etcd (etcd/) and
-# kwok (kwok/). One module per tool keeps their dependency graphs apart. A module is
+# kube-scheduler and kubectl of one Kubernetes release (kubernetes/), etcd (etcd/), kwok
+# (kwok/) and helm (helm/). One module per tool keeps their dependency graphs apart. A module is
 # rebuilt only when its go.mod, go.sum or sources change (a stamp beside the binaries).
 #   bash tests/kube/build.sh
 set -euo pipefail
