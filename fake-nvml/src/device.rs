@@ -46,6 +46,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetName");
     // SAFETY: NVML contract: `name` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(name, length) };
     device_call(device, |d| match d.mig_instance() {
@@ -60,6 +61,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetUUID");
     // SAFETY: NVML contract: `uuid` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(uuid, length) };
     device_call(device, |d| {
@@ -73,6 +75,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSerial(
     serial: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetSerial");
     // SAFETY: NVML contract: `serial` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(serial, length) };
     device_call(device, |d| {
@@ -87,6 +90,7 @@ pub unsafe extern "C" fn nvmlDeviceGetVbiosVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetVbiosVersion");
     // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(version, length) };
     device_call(device, |d| {
@@ -104,6 +108,7 @@ pub unsafe extern "C" fn nvmlDeviceGetInforomVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetInforomVersion");
     // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(version, length) };
     device_call(device, |d| {
@@ -124,6 +129,7 @@ pub unsafe extern "C" fn nvmlDeviceGetInforomImageVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetInforomImageVersion");
     // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(version, length) };
     device_call(device, |d| {
@@ -137,6 +143,7 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     device: nvmlDevice_t,
     index: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetIndex");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(index) };
     device_call(device, |d| {
@@ -150,6 +157,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     device: nvmlDevice_t,
     minorNumber: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMinorNumber");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(minorNumber) };
     device_call(device, |d| {
@@ -163,6 +171,7 @@ pub unsafe extern "C" fn nvmlDeviceGetBrand(
     device: nvmlDevice_t,
     type_: *mut nvmlBrandType_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetBrand");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(type_) };
     device_call(device, |d| out.set(d.gpu.model.brand))
@@ -173,6 +182,7 @@ pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
     device: nvmlDevice_t,
     arch: *mut nvmlDeviceArchitecture_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetArchitecture");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(arch) };
     device_call(device, |d| out.set(d.gpu.model.architecture))
@@ -201,6 +211,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPciInfo_v3");
     // SAFETY: NVML contract: the out-pointer is null or valid for one `nvmlPciInfo_t`.
     let out = unsafe { Out::new(pci) };
     device_call(device, |d| out.set(pci_info(d)?))
@@ -211,6 +222,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPciInfo_v2");
     // SAFETY: `_v2` takes the same 68-byte struct as `_v3`.
     unsafe { nvmlDeviceGetPciInfo_v3(device, pci) }
 }
@@ -223,6 +235,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPciInfo");
     #[repr(C)]
     #[derive(Clone, Copy)]
     struct PciInfoV1Prefix {
@@ -247,6 +260,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMemoryInfo");
     // SAFETY: NVML contract: the out-pointer is null or valid for one `nvmlMemory_t`.
     let out = unsafe { Out::new(memory) };
     device_call(device, |d| {
@@ -265,6 +279,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMemoryInfo_v2");
     // SAFETY: NVML contract: `memory` is null or valid for one `nvmlMemory_v2_t` whose
     // version word the caller has set.
     let io = unsafe { crate::ffi::InOut::new(memory) };
@@ -288,6 +303,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetUtilizationRates");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(utilization) };
     device_call(device, |d| {
@@ -325,6 +341,7 @@ pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
     utilization: *mut c_uint,
     samplingPeriodUs: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetEncoderUtilization");
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
     let (u, p) = unsafe { (Out::new(utilization), Out::new(samplingPeriodUs)) };
     codec_utilization(device, u, p, true)
@@ -336,6 +353,7 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
     utilization: *mut c_uint,
     samplingPeriodUs: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetDecoderUtilization");
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
     let (u, p) = unsafe { (Out::new(utilization), Out::new(samplingPeriodUs)) };
     codec_utilization(device, u, p, false)
@@ -346,6 +364,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     device: nvmlDevice_t,
     power: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPowerUsage");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(power) };
     device_call(device, |d| out.set(d.reading(Capability::Power)?.power_mw))
@@ -356,6 +375,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     device: nvmlDevice_t,
     energy: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetTotalEnergyConsumption");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(energy) };
     device_call(device, |d| {
@@ -374,6 +394,7 @@ pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
     device: nvmlDevice_t,
     limit: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetEnforcedPowerLimit");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(limit) };
     device_call(device, |d| out.set(power_limit(d)?))
@@ -384,6 +405,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(
     device: nvmlDevice_t,
     limit: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPowerManagementLimit");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(limit) };
     device_call(device, |d| out.set(power_limit(d)?))
@@ -396,6 +418,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     sensorType: nvmlTemperatureSensors_t,
     temp: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetTemperature");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(temp) };
     device_call(device, |d| {
@@ -431,6 +454,7 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     type_: nvmlClockType_t,
     clock_mhz: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetClockInfo");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(clock_mhz) };
     device_call(device, |d| out.set(clock(d, type_, false)?))
@@ -442,6 +466,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     type_: nvmlClockType_t,
     clock_mhz: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMaxClockInfo");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(clock_mhz) };
     device_call(device, |d| out.set(clock(d, type_, true)?))
@@ -463,6 +488,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
     device: nvmlDevice_t,
     clocksEventReasons: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetCurrentClocksEventReasons");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     clock_reasons(device, unsafe { Out::new(clocksEventReasons) }, false)
 }
@@ -472,6 +498,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
     device: nvmlDevice_t,
     clocksThrottleReasons: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetCurrentClocksThrottleReasons");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     clock_reasons(device, unsafe { Out::new(clocksThrottleReasons) }, false)
 }
@@ -481,6 +508,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksEventReasons(
     device: nvmlDevice_t,
     supportedClocksEventReasons: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetSupportedClocksEventReasons");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     clock_reasons(
         device,
@@ -494,6 +522,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksThrottleReasons(
     device: nvmlDevice_t,
     supportedClocksThrottleReasons: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetSupportedClocksThrottleReasons");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     clock_reasons(
         device,
@@ -510,6 +539,7 @@ pub unsafe extern "C" fn nvmlDeviceGetViolationStatus(
     perfPolicyType: nvmlPerfPolicyType_t,
     violTime: *mut nvmlViolationTime_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetViolationStatus");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(violTime) };
     device_call(device, |d| {
@@ -531,6 +561,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieReplayCounter(
     device: nvmlDevice_t,
     value: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPcieReplayCounter");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(value) };
     device_call(device, |d| {
@@ -546,6 +577,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
     counter: nvmlPcieUtilCounter_t,
     value: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPcieThroughput");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(value) };
     device_call(device, |d| {
@@ -565,6 +597,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     counterType: nvmlEccCounterType_t,
     eccCounts: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetTotalEccErrors");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(eccCounts) };
     device_call(device, |d| {
@@ -630,6 +663,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRetiredPages_v2(
     addresses: *mut c_ulonglong,
     timestamps: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetRetiredPages_v2");
     device_call(device, |d| {
         let (addrs, times) = retired_pages(d, cause)?;
         // SAFETY: NVML contract: `pageCount` is valid and `addresses` is null or holds
@@ -652,6 +686,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRetiredPages(
     pageCount: *mut c_uint,
     addresses: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetRetiredPages");
     // SAFETY: same contract as `_v2` without timestamps.
     unsafe {
         nvmlDeviceGetRetiredPages_v2(device, cause, pageCount, addresses, std::ptr::null_mut())
@@ -663,6 +698,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRetiredPagesPendingStatus(
     device: nvmlDevice_t,
     isPending: *mut nvmlEnableState_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetRetiredPagesPendingStatus");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(isPending) };
     device_call(device, |d| {
@@ -680,6 +716,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
     isPending: *mut c_uint,
     failureOccurred: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetRemappedRows");
     // SAFETY: NVML contract: all four out-pointers are null or valid for writes.
     let outs = unsafe {
         [

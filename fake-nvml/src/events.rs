@@ -61,6 +61,7 @@ impl EventSet {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetCreate");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(set) };
     system_call(|sim, _| {
@@ -79,6 +80,7 @@ pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
     eventTypes: c_ulonglong,
     set: nvmlEventSet_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceRegisterEvents");
     device_call(device, |d| {
         if eventTypes & !XID_EVENT != 0 {
             return Err(NOT_SUPPORTED);
@@ -104,6 +106,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     device: nvmlDevice_t,
     eventTypes: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetSupportedEventTypes");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(eventTypes) };
     device_call(device, |_| out.set(XID_EVENT))
@@ -117,6 +120,7 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
     data: *mut nvmlEventData_t,
     timeoutms: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetWait_v2");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(data) };
     system_call(|sim, _| {
@@ -148,12 +152,14 @@ pub unsafe extern "C" fn nvmlEventSetWait(
     data: *mut nvmlEventData_t,
     timeoutms: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetWait");
     // SAFETY: same contract as `_v2`.
     unsafe { nvmlEventSetWait_v2(set, data, timeoutms) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetFree");
     system_call(|sim, _| {
         sim.event_sets
             .remove(set as usize)

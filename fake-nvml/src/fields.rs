@@ -113,6 +113,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     valuesCount: c_int,
     values: *mut nvmlFieldValue_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetFieldValues");
     // SAFETY: NVML contract: `values` is null or holds `valuesCount` initialised entries
     // (the caller sets `fieldId` and `scopeId` of each).
     let fields = unsafe { in_slice(values, usize::try_from(valuesCount).unwrap_or(0)) };

@@ -130,6 +130,7 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     device: nvmlDevice_t,
     gpmSupport: *mut nvmlGpmSupport_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmQueryDeviceSupport");
     // SAFETY: NVML contract: `gpmSupport` is null or a valid struct whose version is set.
     let io = unsafe { InOut::new(gpmSupport) };
     device_call(device, |d| {
@@ -145,6 +146,7 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmSampleAlloc");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(gpmSample) };
     system_call(|sim, _| {
@@ -157,6 +159,7 @@ pub unsafe extern "C" fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmSampleFree");
     system_call(|sim, _| {
         sim.gpm_samples
             .remove(gpmSample as usize)
@@ -171,6 +174,7 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(
     device: nvmlDevice_t,
     gpmSample: nvmlGpmSample_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmSampleGet");
     device_call(device, |d| {
         gpm_supported(d)?;
         take(d, gpmSample, d.mig)
@@ -184,6 +188,7 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
     gpuInstanceId: c_uint,
     gpmSample: nvmlGpmSample_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmMigSampleGet");
     device_call(device, |d| {
         d.whole_gpu()?;
         gpm_supported(d)?;
@@ -207,6 +212,7 @@ fn sample(sim: &Sim, s: nvmlGpmSample_t) -> Result<(u32, Option<usize>, f64), nv
 /// Both samples must have been taken on the same GPU or instance.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmMetricsGet");
     // SAFETY: NVML contract: `metricsGet` is null or a valid request the caller filled.
     let io = unsafe { InOut::new(metricsGet) };
     system_call(|sim, t| {

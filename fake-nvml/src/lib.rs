@@ -32,6 +32,10 @@
 //!   GPUs' utilisation while the process runs, re-read when it changes (looked at every
 //!   100 ms at most); counters stay monotonic. Autoscaling tests turn load up and down
 //!   with it.
+//! - `GPU_SIM_CALL_COUNTS`: a file that receives per-function call counts (`COUNT NAME`
+//!   lines, rewritten every 50 ms while they change), so tests and benchmarks can hold
+//!   an NVML client to a number of calls per cycle. Off (one atomic load per call) when
+//!   unset.
 //!
 //! ## Faults and errors
 //! - `init_failure`: `nvmlInit*` returns `NVML_ERROR_DRIVER_NOT_LOADED`.
@@ -66,6 +70,7 @@
 #![allow(clippy::missing_safety_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod calls;
 mod device;
 mod events;
 mod ffi;
@@ -77,4 +82,5 @@ mod sigcheck;
 mod state;
 mod system;
 
+pub use calls::CALL_COUNTS_ENV;
 pub use state::{DEFAULT_SCENARIO, FROZEN_ENV, SCENARIO_ENV};

@@ -30,6 +30,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     currentMode: *mut c_uint,
     pendingMode: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMigMode");
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
     let (cur, pend) = unsafe { (Out::new(currentMode), Out::new(pendingMode)) };
     device_call(device, |d| {
@@ -49,6 +50,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
     device: nvmlDevice_t,
     count: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMaxMigDeviceCount");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(count) };
     device_call(device, |d| {
@@ -67,6 +69,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     index: c_uint,
     migDevice: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMigDeviceHandleByIndex");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(migDevice) };
     device_call(device, |d| {
@@ -86,6 +89,7 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     migDevice: nvmlDevice_t,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(device) };
     device_call(migDevice, |d| {
@@ -99,6 +103,7 @@ pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
     device: nvmlDevice_t,
     isMigDevice: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceIsMigDeviceHandle");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(isMigDevice) };
     device_call(device, |d| out.set(c_uint::from(d.mig.is_some())))
@@ -110,6 +115,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     device: nvmlDevice_t,
     id: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuInstanceId");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(id) };
     device_call(device, |d| {
@@ -123,6 +129,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     device: nvmlDevice_t,
     id: *mut c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetComputeInstanceId");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(id) };
     device_call(device, |d| {
@@ -171,6 +178,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
     profile_id: c_uint,
     info: *mut nvmlGpuInstanceProfileInfo_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfo");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(info) };
     device_call(device, |d| {
@@ -185,6 +193,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     profile_id: c_uint,
     info: *mut nvmlGpuInstanceProfileInfo_v2_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoV");
     // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
     let io = unsafe { InOut::new(info) };
     device_call(device, |d| {
@@ -217,6 +226,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     device: nvmlDevice_t,
     attributes: *mut nvmlDeviceAttributes_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetAttributes_v2");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(attributes) };
     device_call(device, |d| {

@@ -35,6 +35,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetComputeRunningProcesses_v3");
     device_call(device, |d| {
         let list: Vec<_> = processes(d)?.iter().map(info).collect();
         // SAFETY: NVML contract: `infoCount` is valid and `infos` is null or holds
@@ -50,6 +51,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_v2_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetComputeRunningProcesses_v2");
     // SAFETY: same contract and struct as `_v3`.
     unsafe { nvmlDeviceGetComputeRunningProcesses_v3(device, infoCount, infos) }
 }
@@ -61,6 +63,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_v1_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetComputeRunningProcesses");
     device_call(device, |d| {
         let list: Vec<_> = processes(d)?
             .iter()
@@ -86,6 +89,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     processSamplesCount: *mut c_uint,
     lastSeenTimeStamp: c_ulonglong,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetProcessUtilization");
     device_call(device, |d| {
         d.reading(Capability::Utilization)?
             .gpu_util_percent

@@ -8,27 +8,32 @@ use std::ffi::{c_char, c_int, c_uint};
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    crate::calls::count!("nvmlInit_v2");
     guard(state::init)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlInit() -> nvmlReturn_t {
+    crate::calls::count!("nvmlInit");
     guard(state::init)
 }
 
 /// `NVML_INIT_FLAG_NO_GPUS` and `NVML_INIT_FLAG_NO_ATTACH` are accepted and change nothing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
+    crate::calls::count!("nvmlInitWithFlags");
     guard(state::init)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    crate::calls::count!("nvmlShutdown");
     guard(state::shutdown)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
+    crate::calls::count!("nvmlErrorString");
     error_text(result).as_ptr()
 }
 
@@ -37,6 +42,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetDriverVersion");
     // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(version, length) };
     system_call(|sim, _| buf.put_str(&sim.node.driver_version))
@@ -47,6 +53,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
     version: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetNVMLVersion");
     // SAFETY: NVML contract: `version` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(version, length) };
     system_call(|sim, _| buf.put_str(&sim.node.nvml_version))
@@ -56,6 +63,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(
     cudaDriverVersion: *mut c_int,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetCudaDriverVersion");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(cudaDriverVersion) };
     system_call(|sim, _| out.set(sim.node.cuda_driver_version))
@@ -65,6 +73,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
     cudaDriverVersion: *mut c_int,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetCudaDriverVersion_v2");
     // SAFETY: same contract as the unversioned function.
     unsafe { nvmlSystemGetCudaDriverVersion(cudaDriverVersion) }
 }
@@ -76,6 +85,7 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
     name: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetProcessName");
     // SAFETY: NVML contract: `name` is null or valid for `length` bytes.
     let buf = unsafe { CBuf::new(name, length) };
     system_call(|sim, _| buf.put_str(sim.node.process_name(pid).ok_or(NOT_FOUND)?))
@@ -83,6 +93,7 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetCount_v2");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(deviceCount) };
     system_call(|sim, _| out.set(sim.node.gpus.len() as c_uint))
@@ -90,6 +101,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> nvml
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount(deviceCount: *mut c_uint) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetCount");
     // SAFETY: same contract as the versioned function.
     unsafe { nvmlDeviceGetCount_v2(deviceCount) }
 }
@@ -101,6 +113,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleByIndex_v2");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(device) };
     system_call(|sim, _| {
@@ -116,6 +129,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     index: c_uint,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleByIndex");
     // SAFETY: same contract as the versioned function.
     unsafe { nvmlDeviceGetHandleByIndex_v2(index, device) }
 }
@@ -126,6 +140,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleByUUID");
     // SAFETY: NVML contract: `uuid` is null or a NUL-terminated string.
     let uuid = unsafe { in_str(uuid) };
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
@@ -152,6 +167,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     pciBusId: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleByPciBusId_v2");
     // SAFETY: NVML contract: `pciBusId` is null or a NUL-terminated string.
     let wanted = unsafe { in_str(pciBusId) };
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
@@ -173,6 +189,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
     pciBusId: *const c_char,
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleByPciBusId");
     // SAFETY: same contract as the versioned function.
     unsafe { nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device) }
 }
