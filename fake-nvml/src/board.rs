@@ -186,7 +186,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(
     device: nvmlDevice_t,
-    pid: c_uint,
+    _pid: c_uint,
     stats: *mut nvmlAccountingStats_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetAccountingStats");
@@ -195,7 +195,6 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(
         if stats.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let _ = pid;
         Err(NOT_FOUND)
     })
 }

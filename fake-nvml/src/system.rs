@@ -232,14 +232,11 @@ pub unsafe extern "C" fn nvmlGetExcludedDeviceCount(deviceCount: *mut c_uint) ->
 /// No GPU is excluded, so every index is out of range.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGetExcludedDeviceInfoByIndex(
-    index: c_uint,
-    info: *mut nvmlExcludedDeviceInfo_t,
+    _index: c_uint,
+    _info: *mut nvmlExcludedDeviceInfo_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlGetExcludedDeviceInfoByIndex");
-    system_call(|_, _| {
-        let _ = (index, info);
-        Err(INVALID_ARGUMENT)
-    })
+    system_call(|_, _| Err(INVALID_ARGUMENT))
 }
 
 /// The CPU has no confidential-computing support; the GPUs (Hopper) are capable.
