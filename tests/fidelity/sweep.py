@@ -13,6 +13,8 @@ Used by tests/tests/e2e/nvml_fidelity.rs. Three parts:
   "ok", the NVML error name, or "skipped: <why>" for a Python-level refusal (pynvml
   wants a struct the sweep cannot build). Any "FunctionNotFound" is a failure.
 - `values`: a sample of answers, which the Rust test checks against the gpu-sim model.
+
+With `--summary`, prints one line of counts instead (the figures in BENCHMARKS.md).
 """
 
 import inspect
@@ -229,6 +231,17 @@ def main():
         "calls": sweep(gpus, migs),
         "values": values(gpus),
     }
+    if "--summary" in sys.argv[1:]:
+        calls = doc["calls"].values()
+        print(
+            f"{doc['gpus']} GPUs, {doc['migs']} MIG devices; symbols bound {doc['symbols']['bound']}, "
+            f"missing {len(doc['symbols']['missing'])}; getters {len(doc['calls'])}, "
+            f"calls {sum(sum(o.values()) for o in calls)}; FunctionNotFound: "
+            f"{sum(1 for o in calls if 'FunctionNotFound' in o)} getters, "
+            f"{sum(o.get('FunctionNotFound', 0) for o in calls)} calls; "
+            f"answered with a value or NOT_SUPPORTED: {sum(o.get('ok', 0) + o.get('NotSupported', 0) for o in calls)} calls"
+        )
+        return
     print(json.dumps(doc, indent=1, sort_keys=True))
 
 
