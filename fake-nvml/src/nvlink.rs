@@ -59,7 +59,7 @@ fn remote_pci(d: &Dev, link: c_uint) -> Result<nvmlPciInfo_t, Ret> {
 }
 
 /// One link's share of an all-link total: the first `total % links` links take one more.
-pub(crate) fn link_share(total: u64, links: u32, link: u32) -> u64 {
+fn link_share(total: u64, links: u32, link: u32) -> u64 {
     let links = u64::from(links.max(1));
     total / links + u64::from(u64::from(link) < total % links)
 }
@@ -191,4 +191,20 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkVersion(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(version) };
     device_call(device, |d| out.set(link_of(d, link)?.nvlink_version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_share;
+
+    #[test]
+    fn link_shares_add_up_to_the_total() {
+        for total in [0, 1, 17, 18, 19, 1_000_003] {
+            let sum: u64 = (0..18).map(|l| link_share(total, 18, l)).sum();
+            assert_eq!(sum, total);
+            let max = (0..18).map(|l| link_share(total, 18, l)).max().unwrap();
+            let min = (0..18).map(|l| link_share(total, 18, l)).min().unwrap();
+            assert!(max - min <= 1, "uneven split of {total}");
+        }
+    }
 }

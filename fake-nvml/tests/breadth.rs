@@ -1,0 +1,203 @@
+//! The getters beyond the exporter's own needs (clocks of every ID, PCIe link, NVLink,
+//! board facts, modes, thresholds, compute and graphics process lists) through nvml-wrapper,
+//! checked against the gpu-sim model; setters refuse as for a non-root client.
+
+mod common;
+
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, ClockId, ComputeMode, PerformanceState, TemperatureSensor, TemperatureThreshold,
+    TopologyLevel,
+};
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+const SCENARIO: &str = "telemetry.toml";
+const T: f64 = 100.0;
+/// Index of the scenario's L4 (no NVLink; ECC and power unsupported).
+const L4: u32 = 2;
+
+fn nvml() -> &'static Nvml {
+    &common::shared(SCENARIO, Some(T)).0
+}
+
+fn dev(i: u32) -> Device<'static> {
+    nvml().device_by_index(i).expect("device by index")
+}
+
+#[test]
+fn clocks_of_every_id_and_type() {
+    let m = common::model(SCENARIO, T);
+    for (i, g) in m.gpus.iter().enumerate() {
+        let (d, model) = (dev(i as u32), g.model);
+        let r = m.gpu_reading(i as u32, T);
+        assert_eq!(
+            d.clock(Clock::SM, ClockId::Current).unwrap(),
+            r.sm_clock_mhz
+        );
+        assert_eq!(
+            d.clock(Clock::Memory, ClockId::Current).unwrap(),
+            r.mem_clock_mhz
+        );
+        let video = model.board.max_video_clock_mhz * r.sm_clock_mhz / model.max_sm_clock_mhz;
+        assert_eq!(d.clock(Clock::Video, ClockId::Current).unwrap(), video);
+        assert_eq!(d.clock_info(Clock::Video).unwrap(), video);
+        assert_eq!(
+            d.max_clock_info(Clock::Video).unwrap(),
+            model.board.max_video_clock_mhz
+        );
+        for id in [
+            ClockId::TargetAppClock,
+            ClockId::DefaultAppClock,
+            ClockId::CustomerMaxBoost,
+        ] {
+            assert_eq!(
+                d.clock(Clock::Graphics, id).unwrap(),
+                model.max_sm_clock_mhz
+            );
+            assert_eq!(d.clock(Clock::Memory, id).unwrap(), model.mem_clock_mhz);
+        }
+        assert_eq!(
+            d.max_customer_boost_clock(Clock::SM).unwrap(),
+            model.max_sm_clock_mhz
+        );
+        assert_eq!(d.supported_memory_clocks().unwrap(), [model.mem_clock_mhz]);
+        let graphics = d.supported_graphics_clocks(model.mem_clock_mhz).unwrap();
+        assert_eq!(graphics.first(), Some(&model.max_sm_clock_mhz));
+        assert!(graphics.iter().all(|&c| c >= model.idle_sm_clock_mhz));
+        assert!(matches!(
+            d.supported_graphics_clocks(model.mem_clock_mhz + 1),
+            Err(NvmlError::NotFound)
+        ));
+        assert_eq!(d.performance_state().unwrap(), PerformanceState::Zero);
+    }
+}
+
+#[test]
+fn pcie_link_and_topology() {
+    let m = common::model(SCENARIO, T);
+    for (i, g) in m.gpus.iter().enumerate() {
+        let (d, b) = (dev(i as u32), &g.model.board);
+        assert_eq!(d.current_pcie_link_gen().unwrap(), b.pcie_generation);
+        assert_eq!(d.max_pcie_link_gen().unwrap(), b.pcie_generation);
+        assert_eq!(d.current_pcie_link_width().unwrap(), b.pcie_width);
+        assert_eq!(d.max_pcie_link_width().unwrap(), b.pcie_width);
+        assert!(d.pcie_link_speed().unwrap() >= 16_000);
+    }
+    let (a, b) = (dev(0), dev(1));
+    assert_eq!(
+        a.topology_common_ancestor(dev(0)).unwrap(),
+        TopologyLevel::Internal
+    );
+    // Three GPUs on two sockets: GPUs 0 and 1 share the first.
+    assert_eq!(a.topology_common_ancestor(b).unwrap(), TopologyLevel::Node);
+    assert_eq!(
+        a.topology_common_ancestor(dev(L4)).unwrap(),
+        TopologyLevel::System
+    );
+    assert_eq!(a.numa_node_id().unwrap(), 0);
+    assert_eq!(dev(L4).numa_node_id().unwrap(), 1);
+}
+
+#[test]
+fn nvlink_links_of_an_hgx_board() {
+    let m = common::model(SCENARIO, T);
+    let h100 = &m.gpus[0].model;
+    let d = dev(0);
+    for link in 0..h100.nvlink_links {
+        let l = d.link_wrapper_for(link);
+        assert!(l.is_active().unwrap());
+        assert_eq!(l.version().unwrap(), h100.board.nvlink_version);
+        let remote = l.remote_pci_info().unwrap();
+        assert!(remote.bus_id.ends_with(":00.0"), "{remote:?}");
+        assert_eq!(l.error_counter(ErrorCounter::DlCrcFlit).unwrap(), 0);
+    }
+    assert!(matches!(
+        d.link_wrapper_for(h100.nvlink_links).is_active(),
+        Err(NvmlError::InvalidArg)
+    ));
+    assert!(matches!(
+        dev(L4).link_wrapper_for(0).is_active(),
+        Err(NvmlError::NotSupported)
+    ));
+}
+
+#[test]
+fn board_facts_modes_and_thresholds() {
+    let m = common::model(SCENARIO, T);
+    for (i, g) in m.gpus.iter().enumerate() {
+        let (d, model, b) = (dev(i as u32), g.model, &g.model.board);
+        assert_eq!(d.board_part_number().unwrap(), b.part_number);
+        assert_eq!(d.bar1_memory_info().unwrap().total, b.bar1_mib << 20);
+        assert_eq!(d.num_cores().unwrap(), b.cuda_cores);
+        assert_eq!(d.memory_bus_width().unwrap(), b.memory_bus_width_bits);
+        let cc = d.cuda_compute_capability().unwrap();
+        assert_eq!((cc.major, cc.minor), b.cuda_capability);
+        assert_eq!(d.compute_mode().unwrap(), ComputeMode::Default);
+        assert!(d.is_in_persistent_mode().unwrap());
+        assert!(!d.is_multi_gpu_board().unwrap());
+        assert_eq!(d.num_fans().unwrap(), 0);
+        assert!(matches!(d.fan_speed(0), Err(NvmlError::NotSupported)));
+        assert_eq!(
+            d.temperature_threshold(TemperatureThreshold::Shutdown)
+                .unwrap(),
+            b.shutdown_temp_c
+        );
+        assert_eq!(
+            d.temperature_threshold(TemperatureThreshold::Slowdown)
+                .unwrap(),
+            b.slowdown_temp_c
+        );
+        assert_eq!(
+            d.temperature(TemperatureSensor::Gpu).unwrap(),
+            m.gpu_reading(i as u32, T).gpu_temp_c
+        );
+        if g.supports(gpu_sim::Capability::Power) {
+            let c = d.power_management_limit_constraints().unwrap();
+            assert_eq!(
+                (c.min_limit, c.max_limit),
+                (b.min_power_limit_mw, model.power_limit_mw)
+            );
+        }
+        match g.supports(gpu_sim::Capability::Ecc) {
+            true => {
+                let e = d.is_ecc_enabled().unwrap();
+                assert!(e.currently_enabled && e.pending_enabled);
+            }
+            false => assert!(matches!(d.is_ecc_enabled(), Err(NvmlError::NotSupported))),
+        }
+    }
+}
+
+#[test]
+fn compute_and_graphics_process_lists() {
+    let m = common::model(SCENARIO, T);
+    let d = dev(0);
+    let mut compute: Vec<u32> = d
+        .running_compute_processes()
+        .unwrap()
+        .iter()
+        .map(|p| p.pid)
+        .collect();
+    compute.sort_unstable();
+    let mut model: Vec<u32> = m.gpu_processes(0, T).iter().map(|p| p.pid).collect();
+    model.sort_unstable();
+    assert!(!model.is_empty());
+    assert_eq!(compute, model);
+    assert!(d.running_graphics_processes().unwrap().is_empty());
+}
+
+#[test]
+fn state_changes_are_refused_as_for_a_non_root_client() {
+    let mut d = dev(0);
+    assert!(matches!(
+        d.set_compute_mode(ComputeMode::ExclusiveProcess),
+        Err(NvmlError::NoPermission)
+    ));
+    assert!(matches!(
+        d.set_persistent(false),
+        Err(NvmlError::NoPermission)
+    ));
+    // Nothing changed.
+    assert_eq!(d.compute_mode().unwrap(), ComputeMode::Default);
+}
