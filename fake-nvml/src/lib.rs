@@ -11,7 +11,7 @@
 //! symbols — each answered as a bare-metal H100 SXM with the scenario's driver would:
 //! - From the model: init/shutdown (reference-counted), error strings, driver/NVML/CUDA
 //!   versions and driver branch, process names, device enumeration (by index, UUID —
-//!   `GPU-…` and `MIG-…` —, serial and PCI bus ID), identity (name, UUID, serial, PCI
+//!   `GPU-…` and `MIG-…`, as a string or an `nvmlUUID_t` —, serial and PCI bus ID), identity (name, UUID, serial, PCI
 //!   info v1/v2/v3/ext, brand, architecture, VBIOS, minor number, board part number and
 //!   ID, module ID), InfoROM, device attributes, memory (v1, v2), BAR1, utilisation,
 //!   dynamic P-state domains, encoder/decoder (and JPEG/OFA, idle), power, energy,
@@ -21,7 +21,7 @@
 //!   performance state, clock-event reasons, violation times, PCIe link generation,
 //!   width and speed, replays and throughput, NUMA node and topology (two-socket HGX),
 //!   P2P status, NVLink (state, version, capabilities, remote NVSwitch PCI info and
-//!   device type, per-link error counters), ECC modes and totals, memory error
+//!   device type, per-link error counters, fabric state on Hopper HGX boards), ECC modes and totals, memory error
 //!   counters, retired pages, remapped rows, field values (ECC, retired pages, NVLink
 //!   link count, state, version, error totals and throughput with `scopeId`, violation
 //!   policies, temperatures and thresholds, power, energy, PCIe replays, remapped rows),

@@ -1,7 +1,10 @@
 //! NVLink: per-link state, version, capabilities, remote end and error counters. The
 //! links of an HGX board end at its NVSwitches, spread evenly over them.
 
-use crate::ffi::{INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str};
+use crate::ffi::{
+    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str,
+    struct_version,
+};
 use crate::state::{Dev, device_call};
 use gpu_sim::Capability;
 use gpu_sim::models::BoardFacts;
@@ -191,6 +194,73 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkVersion(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(version) };
     device_call(device, |d| out.set(link_of(d, link)?.nvlink_version))
+}
+
+/// The NVLink fabric of a Hopper HGX board (NVSwitches managed by the fabric manager):
+/// registration completed, healthy. Other boards are `NOT_SUPPORTED`.
+fn fabric(d: &Dev) -> Result<nvmlGpuFabricInfo_t, Ret> {
+    d.whole_gpu()?;
+    d.require(Capability::Nvlink)?;
+    if d.gpu.model.nvlink_links == 0 || d.gpu.model.architecture < HOPPER {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(nvmlGpuFabricInfo_t {
+        clusterUuid: [0; 16],
+        status: nvmlReturn_enum_NVML_SUCCESS,
+        cliqueId: 0,
+        state: NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t,
+    })
+}
+
+/// `nvmlDeviceArchitecture_t` of Hopper.
+const HOPPER: u32 = 9;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
+    device: nvmlDevice_t,
+    gpuFabricInfo: *mut nvmlGpuFabricInfo_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuFabricInfo");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(gpuFabricInfo) };
+    device_call(device, |d| out.set(fabric(d)?))
+}
+
+/// Versions 2 and 3 of the struct (v2 is v3 without `healthSummary`); the health mask
+/// reports no degraded bandwidth or route recovery support, the summary 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    device: nvmlDevice_t,
+    gpuFabricInfo: *mut nvmlGpuFabricInfoV_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuFabricInfoV");
+    // SAFETY: NVML contract: `gpuFabricInfo` is null or valid for the struct version its
+    // version word names; v2 is a prefix of v3, so only the version word is read first.
+    let version = unsafe { gpuFabricInfo.cast::<c_uint>().as_ref().copied() };
+    device_call(device, |d| {
+        let version = version.ok_or(INVALID_ARGUMENT)?;
+        let v3 = version == struct_version::<nvmlGpuFabricInfo_v3_t>(3);
+        if !v3 && version != struct_version::<nvmlGpuFabricInfo_v2_t>(2) {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        let f = fabric(d)?;
+        let prefix = nvmlGpuFabricInfo_v2_t {
+            version,
+            clusterUuid: f.clusterUuid,
+            status: f.status,
+            cliqueId: f.cliqueId,
+            state: f.state,
+            healthMask: 0,
+        };
+        // SAFETY: the caller's struct is at least a v2 (its version word says so).
+        unsafe { Out::new(gpuFabricInfo.cast::<nvmlGpuFabricInfo_v2_t>()) }.set(prefix)?;
+        if v3 {
+            // SAFETY: the version word says the caller's struct is a v3.
+            let full = unsafe { crate::ffi::InOut::new(gpuFabricInfo) }.get()?;
+            full.healthSummary = 0;
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -338,26 +338,6 @@ pub unsafe extern "C" fn nvmlDeviceGetGpcClkVfOffset(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
-    device: nvmlDevice_t,
-    _gpuFabricInfo: *mut nvmlGpuFabricInfo_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpuFabricInfo");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
-    device: nvmlDevice_t,
-    _gpuFabricInfo: *mut nvmlGpuFabricInfoV_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpuFabricInfoV");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo_v4(
     device: nvmlDevice_t,
     _data: *mut c_void,
@@ -375,16 +355,6 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuOperationMode(
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetGpuOperationMode");
     device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUIDV(
-    _uuid: *const nvmlUUID_t,
-    _device: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetHandleByUUIDV");
-    system_unsupported()
 }
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.

@@ -11,6 +11,7 @@ use nvml_wrapper::enum_wrappers::device::{
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper_sys::bindings::*;
 
 const SCENARIO: &str = "telemetry.toml";
 const T: f64 = 100.0;
@@ -200,4 +201,61 @@ fn state_changes_are_refused_as_for_a_non_root_client() {
     ));
     // Nothing changed.
     assert_eq!(d.compute_mode().unwrap(), ComputeMode::Default);
+}
+
+#[test]
+fn fabric_of_a_hopper_hgx_board_and_handles_by_uuid_struct() {
+    let m = common::model(SCENARIO, T);
+    let lib = nvml().lib();
+    // SAFETY: plain C structs, for which all-zero bytes are valid values.
+    let mut info: nvmlGpuFabricInfoV_t = unsafe { std::mem::zeroed() };
+    info.version = std::mem::size_of::<nvmlGpuFabricInfoV_t>() as u32 | 3 << 24;
+    // SAFETY: a live handle and a valid out-struct with its version set.
+    let rc = unsafe { lib.nvmlDeviceGetGpuFabricInfoV(dev(0).handle(), &mut info) };
+    assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
+    assert_eq!(
+        info.state,
+        NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t
+    );
+    assert_eq!(info.status, nvmlReturn_enum_NVML_SUCCESS);
+    // The L4 has no NVLink fabric.
+    // SAFETY: as above.
+    let rc = unsafe { lib.nvmlDeviceGetGpuFabricInfoV(dev(L4).handle(), &mut info) };
+    assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
+    info.version = 1 << 24;
+    // SAFETY: as above.
+    let rc = unsafe { lib.nvmlDeviceGetGpuFabricInfoV(dev(0).handle(), &mut info) };
+    assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+
+    for (i, g) in m.gpus.iter().enumerate() {
+        // SAFETY: as above.
+        let mut uuid: nvmlUUID_t = unsafe { std::mem::zeroed() };
+        uuid.version = std::mem::size_of::<nvmlUUID_t>() as u32 | 1 << 24;
+        uuid.type_ = nvmlUUIDType_t_NVML_UUID_TYPE_ASCII;
+        // SAFETY: writing the ASCII member of a zeroed union.
+        let text = unsafe { &mut uuid.value.str_ };
+        for (d, s) in text.iter_mut().zip(g.uuid.bytes()) {
+            *d = s as std::ffi::c_char;
+        }
+        let mut handle: nvmlDevice_t = std::ptr::null_mut();
+        // SAFETY: a valid in-struct and out-pointer.
+        let rc = unsafe { lib.nvmlDeviceGetHandleByUUIDV(&uuid, &mut handle) };
+        assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
+        // SAFETY: raw handles are only compared.
+        assert_eq!(handle, unsafe { dev(i as u32).handle() });
+        // The binary form: the UUID's 32 hex digits as 16 bytes.
+        let hex: String = g.uuid[4..].chars().filter(|c| *c != '-').collect();
+        uuid.type_ = nvmlUUIDType_t_NVML_UUID_TYPE_BINARY;
+        // SAFETY: writing the binary member.
+        let bytes = unsafe { &mut uuid.value.bytes };
+        for (k, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * k..2 * k + 2], 16).unwrap();
+        }
+        let mut handle: nvmlDevice_t = std::ptr::null_mut();
+        // SAFETY: as above.
+        let rc = unsafe { lib.nvmlDeviceGetHandleByUUIDV(&uuid, &mut handle) };
+        assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
+        // SAFETY: raw handles are only compared.
+        assert_eq!(handle, unsafe { dev(i as u32).handle() });
+    }
 }
