@@ -182,6 +182,22 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(
     })
 }
 
+/// Accounting is off: no process has statistics (`NOT_FOUND`), as for the v1 call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(
+    device: nvmlDevice_t,
+    data: *mut std::ffi::c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetAccountingStats_v2");
+    device_call(device, |d| {
+        board(d)?;
+        if data.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        Err(NOT_FOUND)
+    })
+}
+
 /// Accounting is off: no process has statistics (`NOT_FOUND`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(

@@ -46,16 +46,6 @@ pub unsafe extern "C" fn nvmlDeviceFreezeNvLinkUtilizationCounter(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(
-    device: nvmlDevice_t,
-    _data: *mut c_void,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetAccountingStats_v2");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
     device: nvmlDevice_t,
     _data: *mut c_void,

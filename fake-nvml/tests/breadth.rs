@@ -136,6 +136,9 @@ fn board_facts_modes_and_thresholds() {
         assert_eq!((cc.major, cc.minor), b.cuda_capability);
         assert_eq!(d.compute_mode().unwrap(), ComputeMode::Default);
         assert!(d.is_in_persistent_mode().unwrap());
+        let gsp = d.gsp_firmware_mode().unwrap();
+        assert!(gsp.enabled && gsp.default);
+        assert_eq!(d.gsp_firmware_version().unwrap(), m.driver_version);
         assert!(!d.is_multi_gpu_board().unwrap());
         assert_eq!(d.num_fans().unwrap(), 0);
         assert!(matches!(d.fan_speed(0), Err(NvmlError::NotSupported)));
