@@ -1,5 +1,6 @@
 //! NVLink: per-link state, version, capabilities, remote end and error counters. The
-//! links of an HGX board end at its NVSwitches, spread evenly over them.
+//! links of an HGX board end at its NVSwitches (the model's `nvswitches`), spread
+//! evenly over them.
 
 use crate::ffi::{
     ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str,
@@ -11,8 +12,7 @@ use gpu_sim::models::BoardFacts;
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::{c_uint, c_ulonglong};
 
-/// NVSwitches on an HGX H100 baseboard, their PCI device ID and first bus number.
-pub const NVSWITCHES: u32 = 4;
+/// PCI device ID and first bus number of the baseboard's NVSwitches.
 pub const NVSWITCH_PCI_DEVICE_ID: u32 = 0x22A3_10DE;
 pub const NVSWITCH_FIRST_BUS: u32 = 0x05;
 
@@ -44,8 +44,8 @@ fn capability_of(capability: nvmlNvLinkCapability_t) -> Result<c_uint, Ret> {
 
 /// PCI identity of the NVSwitch at the far end of `link`.
 fn remote_pci(d: &Dev, link: c_uint) -> Result<nvmlPciInfo_t, Ret> {
-    link_of(d, link)?;
-    let switch = link * NVSWITCHES / d.gpu.model.nvlink_links;
+    let board = link_of(d, link)?;
+    let switch = link * board.nvswitches.max(1) / d.gpu.model.nvlink_links;
     let bus = NVSWITCH_FIRST_BUS + switch;
     let mut p = nvmlPciInfo_t {
         busIdLegacy: [0; 16],

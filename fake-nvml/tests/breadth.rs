@@ -105,14 +105,18 @@ fn nvlink_links_of_an_hgx_board() {
     let m = common::model(SCENARIO, T);
     let h100 = &m.gpus[0].model;
     let d = dev(0);
+    let mut switches = std::collections::BTreeSet::new();
     for link in 0..h100.nvlink_links {
         let l = d.link_wrapper_for(link);
         assert!(l.is_active().unwrap());
         assert_eq!(l.version().unwrap(), h100.board.nvlink_version);
         let remote = l.remote_pci_info().unwrap();
         assert!(remote.bus_id.ends_with(":00.0"), "{remote:?}");
+        switches.insert(remote.bus_id);
         assert_eq!(l.error_counter(ErrorCounter::DlCrcFlit).unwrap(), 0);
     }
+    // The links end at every NVSwitch of the baseboard.
+    assert_eq!(switches.len() as u32, h100.board.nvswitches);
     assert!(matches!(
         d.link_wrapper_for(h100.nvlink_links).is_active(),
         Err(NvmlError::InvalidArg)
