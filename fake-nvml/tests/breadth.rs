@@ -96,6 +96,11 @@ fn pcie_link_and_topology() {
         a.topology_common_ancestor(dev(L4)).unwrap(),
         TopologyLevel::System
     );
+    // The nearest-GPUs call: none inside the GPU, the socket's other GPU, then all.
+    let nearest = |level| a.topology_nearest_gpus(level).unwrap().len();
+    assert_eq!(nearest(TopologyLevel::Internal), 0);
+    assert_eq!(nearest(TopologyLevel::Node), 1);
+    assert_eq!(nearest(TopologyLevel::System), 2);
     assert_eq!(a.numa_node_id().unwrap(), 0);
     assert_eq!(dev(L4).numa_node_id().unwrap(), 1);
 }

@@ -54,7 +54,9 @@ fn sweep(scenario: &str) -> Value {
 }
 
 /// No bound symbol is missing and no getter call ends in FUNCTION_NOT_FOUND (or is
-/// refused by pynvml before reaching the library).
+/// refused by pynvml before reaching the library), INSUFFICIENT_SIZE (pynvml sizes its
+/// buffers as the driver documents, so that is a protocol mismatch) or UNKNOWN (a panic
+/// caught in the library).
 fn assert_every_getter_answered(doc: &Value) {
     let missing = &doc["symbols"]["missing"];
     assert_eq!(
@@ -70,15 +72,17 @@ fn assert_every_getter_answered(doc: &Value) {
         .iter()
         .filter(|(_, outcomes)| {
             outcomes.as_object().is_some_and(|o| {
-                o.keys()
-                    .any(|k| k == "FunctionNotFound" || k.starts_with("skipped"))
+                o.keys().any(|k| {
+                    ["FunctionNotFound", "InsufficientSize", "Unknown"].contains(&k.as_str())
+                        || k.starts_with("skipped")
+                })
             })
         })
         .map(|(name, outcomes)| format!("{name}: {outcomes}"))
         .collect();
     assert!(
         unanswered.is_empty(),
-        "getters not answered:\n{}",
+        "getters not answered, or answered wrongly:\n{}",
         unanswered.join("\n")
     );
 }
