@@ -73,7 +73,7 @@
 //!   instances returns `NVML_ERROR_GPU_IS_LOST`; other GPUs keep working.
 //! - A capability listed in a GPU's `unsupported` makes the matching calls (and field
 //!   IDs) return `NVML_ERROR_NOT_SUPPORTED`.
-//! - MIG handles answer name, UUID, brand, architecture, memory, processes, MIG
+//! - MIG handles answer name, UUID, brand, architecture, memory, BAR1, processes, MIG
 //!   queries, events and GPM for the instance; whole-GPU queries on them return
 //!   `NOT_SUPPORTED`, as does utilisation on a MIG-enabled GPU.
 //! - Unknown handles are `INVALID_ARGUMENT`; calls before init are `UNINITIALIZED`;

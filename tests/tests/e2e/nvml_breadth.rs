@@ -349,3 +349,37 @@ for d in Device.all():
         );
     }
 }
+
+/// nvitop draws a MIG device's BAR1 (a crash if the driver does not answer it on a MIG
+/// handle) with its profile and instance IDs.
+#[test]
+fn nvml_nvitop_shows_mig_devices() {
+    require_tool("nvitop");
+    let scenario = "builtin:big-node";
+    let node = model(scenario);
+    let out = run_python(&lib_dir(), scenario, &["-m", "nvitop", "--once"]);
+    let screen = stdout_of(&out, "nvitop --once");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        nvml_complaints(&screen).is_empty() && nvml_complaints(&stderr).is_empty(),
+        "nvitop --once:\n{screen}\n{stderr}"
+    );
+    let mut instances = 0;
+    for (i, g) in node.gpus.iter().enumerate() {
+        for (k, m) in g.mig.iter().enumerate() {
+            let line = screen
+                .lines()
+                .find(|l| l.contains(&format!("{i}:{k} ")))
+                .unwrap_or_else(|| panic!("no line for MIG device {i}:{k}:\n{screen}"));
+            assert!(line.contains(m.profile.name), "{line}");
+            let ids = format!(
+                "GI/CI:{:>2}/{:<2}",
+                m.gpu_instance_id, m.compute_instance_id
+            );
+            assert!(line.contains(&ids), "{ids} not in {line}");
+            assert!(line.contains("BAR1:"), "{line}");
+            instances += 1;
+        }
+    }
+    assert!(instances > 0, "the scenario has no MIG devices");
+}
