@@ -14,7 +14,8 @@
 //!   `GPU-…` and `MIG-…`, as a string or an `nvmlUUID_t` —, serial and PCI bus ID), identity (name, UUID, serial, PCI
 //!   info v1/v2/v3/ext, brand, architecture, VBIOS, minor number, board part number and
 //!   ID, module ID), InfoROM, device attributes, memory (v1, v2), BAR1, utilisation,
-//!   dynamic P-state domains, encoder/decoder (and JPEG/OFA, idle), power, energy,
+//!   dynamic P-state domains, samples (`GetSamples`), encoder/decoder (and JPEG/OFA,
+//!   idle), power, energy,
 //!   power limits and their range, temperature (`GetTemperature`, `GetTemperatureV`,
 //!   thresholds, margin), clocks of every type (graphics, SM, memory, video) and ID
 //!   (current, applications target/default, customer boost), supported clocks,
@@ -35,7 +36,9 @@
 //!   (`GetNumFans` is 0; every fan getter is `NOT_SUPPORTED`), no S-class units, no
 //!   excluded GPUs, no virtualisation.
 //! - `NOT_SUPPORTED`: vGPU queries on a device (no vGPU host driver), Windows-only,
-//!   Blackwell-only and deprecated queries (`unsupported.rs`, `vgpu.rs`).
+//!   Blackwell-only and deprecated queries (`unsupported.rs`, `vgpu.rs`); also, where a
+//!   real H100 answers but the model has no data, CPU/memory affinity, IRQ, SRAM ECC,
+//!   row-remapper histogram, clock monitor and the clock/performance-mode strings.
 //! - `NO_PERMISSION`: every call that changes device or driver state (`setters.rs`),
 //!   and enumerating or creating GPU/compute instances (`instances.rs`), as the driver
 //!   answers a non-root client; the fake changes no state.

@@ -271,3 +271,37 @@ fn fabric_of_a_hopper_hgx_board_and_handles_by_uuid_struct() {
         assert_eq!(handle, unsafe { dev(i as u32).handle() });
     }
 }
+
+#[test]
+fn samples_are_the_current_readings() {
+    use nvml_wrapper::enum_wrappers::device::Sampling;
+    use nvml_wrapper::enums::device::SampleValue;
+    let m = common::model(SCENARIO, T);
+    let r = m.gpu_reading(0, T);
+    let d = dev(0);
+    let one = |kind| {
+        let s = d.samples(kind, None).unwrap();
+        assert_eq!(s.len(), 1, "{s:?}");
+        s[0].value.clone()
+    };
+    assert_eq!(one(Sampling::Power), SampleValue::U32(r.power_mw));
+    assert_eq!(
+        one(Sampling::GpuUtilization),
+        SampleValue::U32(r.gpu_util_percent.unwrap())
+    );
+    assert_eq!(
+        one(Sampling::ProcessorClock),
+        SampleValue::U32(r.sm_clock_mhz)
+    );
+    assert_eq!(
+        one(Sampling::MemoryClock),
+        SampleValue::U32(r.mem_clock_mhz)
+    );
+    // Nothing newer than a timestamp in the future.
+    assert!(d.samples(Sampling::Power, u64::MAX).unwrap().is_empty());
+    // The L4 does not support power.
+    assert!(matches!(
+        dev(L4).samples(Sampling::Power, None),
+        Err(NvmlError::NotSupported)
+    ));
+}
