@@ -52,6 +52,12 @@ ENUMS = {
     "type": constants("NVML_CLOCK_", ("COUNT", "_ID_COUNT"))[:4],
     "clockType": constants("NVML_CLOCK_", ("COUNT",))[:4],
     "clockId": [0, 1, 2, 3],
+    "id": [0, 1, 2, 3],  # nvmlDeviceGetClock's clock ID
+    "sampling_type": list(range(pynvml.NVML_SAMPLINGTYPE_COUNT)),
+    "fieldIds": [sorted({v for k, v in vars(pynvml).items() if k.startswith("NVML_FI_DEV_") and isinstance(v, int)})],
+    # No vGPU instance or type exists on a bare-metal node: any ID must be refused.
+    "vgpuInstance": [0, 1],
+    "vgpuTypeId": [0, 1],
     "sensor": [pynvml.NVML_TEMPERATURE_GPU],
     "counter": constants("NVML_NVLINK_ERROR_DL_"),
     "link": [0, 17],
@@ -112,6 +118,18 @@ def symbols():
     return {"bound": len(names), "missing": missing}
 
 
+def identity(gpu, kind):
+    """GPU 0's serial, UUID or PCI bus ID, to look it up by."""
+    try:
+        if kind == "serial":
+            return pynvml.nvmlDeviceGetSerial(gpu)
+        if kind == "uuid":
+            return pynvml.nvmlDeviceGetUUID(gpu)
+        return pynvml.nvmlDeviceGetPciInfo_v3(gpu).busId
+    except pynvml.NVMLError:
+        return "0"
+
+
 def memory_clocks(gpu):
     """The first supported memory clock (a stand-in when the library cannot say)."""
     try:
@@ -140,6 +158,8 @@ def sweep(gpus, migs):
                 domains.append(VERSIONS[name])
             elif p.name in ENUMS and ENUMS[p.name] is not None:
                 domains.append(ENUMS[p.name])
+            elif p.name in ("serial", "uuid", "pciBusId"):
+                domains.append([identity(gpus[0], p.name)])
             elif p.name == "memoryClockMHz":
                 domains.append(memory_clocks(gpus[0]))
             else:
