@@ -223,7 +223,11 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
     crate::calls::count!("nvmlDeviceGetGpuFabricInfo");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(gpuFabricInfo) };
-    device_call(device, |d| out.set(fabric(d)?))
+    device_call(device, |d| {
+        let f = fabric(d)?;
+        // SAFETY: a plain C struct, for which all-zero bytes are valid.
+        unsafe { out.set_zeroed(|v| *v = f) }
+    })
 }
 
 /// Versions 2 and 3 of the struct (v2 is v3 without `healthSummary`); the health mask
@@ -244,16 +248,17 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
         let f = fabric(d)?;
-        let prefix = nvmlGpuFabricInfo_v2_t {
-            version,
-            clusterUuid: f.clusterUuid,
-            status: f.status,
-            cliqueId: f.cliqueId,
-            state: f.state,
-            healthMask: 0,
-        };
-        // SAFETY: the caller's struct is at least a v2 (its version word says so).
-        unsafe { Out::new(gpuFabricInfo.cast::<nvmlGpuFabricInfo_v2_t>()) }.set(prefix)?;
+        // SAFETY: the caller's struct is at least a v2 (its version word says so), a
+        // plain C struct for which all-zero bytes are valid.
+        unsafe {
+            Out::new(gpuFabricInfo.cast::<nvmlGpuFabricInfo_v2_t>()).set_zeroed(|v| {
+                v.version = version;
+                v.clusterUuid = f.clusterUuid;
+                v.status = f.status;
+                v.cliqueId = f.cliqueId;
+                v.state = f.state;
+            })
+        }?;
         if v3 {
             // SAFETY: the version word says the caller's struct is a v3.
             let full = unsafe { crate::ffi::InOut::new(gpuFabricInfo) }.get()?;

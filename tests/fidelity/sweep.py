@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 import sys
+from ctypes import byref
 
 try:
     import pynvml
@@ -209,6 +210,14 @@ def values(gpus):
         put("power_limits", lambda d: list(pynvml.nvmlDeviceGetPowerManagementLimitConstraints(d)))
         put("nvlink_version", pynvml.nvmlDeviceGetNvLinkVersion, 0)
         put("fan", pynvml.nvmlDeviceGetFanSpeed)
+
+        def fabric_state(d):
+            # pynvml declares the one-byte state as a c_uint: padding must be zero.
+            info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+            pynvml.nvmlDeviceGetGpuFabricInfoV(d, byref(info))
+            return info.state
+
+        put("fabric_state", fabric_state)
         put(
             "nvlink_link_count",
             lambda d: (lambda f: f.value.uiVal if f.nvmlReturn == 0 else {"error": f.nvmlReturn})(

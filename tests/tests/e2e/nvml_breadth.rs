@@ -11,6 +11,11 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// `nvmlDeviceArchitecture_t` of Hopper.
+const HOPPER: u32 = 9;
+/// `NVML_GPU_FABRIC_STATE_COMPLETED` (nvml.h).
+const FABRIC_STATE_COMPLETED: u64 = 3;
+
 /// Scenario second every run here is frozen at, so the model and the tools agree.
 const FROZEN_AT_S: f64 = 60.0;
 
@@ -178,6 +183,15 @@ fn assert_values_match_model(doc: &Value, node: &gpu_sim::SimNode) {
             assert_eq!(
                 u64_at(v, "nvlink_version"),
                 u64::from(b.nvlink_version),
+                "{ctx}"
+            );
+        }
+        // Hopper NVLink boards report a completed fabric registration; others have none.
+        if m.nvlink_links > 0 && m.architecture == HOPPER {
+            assert_eq!(u64_at(v, "fabric_state"), FABRIC_STATE_COMPLETED, "{ctx}");
+        } else {
+            assert_eq!(
+                v["fabric_state"]["error"], "NVMLError_NotSupported",
                 "{ctx}"
             );
         }
