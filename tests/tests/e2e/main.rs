@@ -18,6 +18,7 @@ mod helm;
 mod images;
 mod layering;
 mod nvml_backend;
+mod nvml_calls;
 mod nvml_fidelity;
 mod prometheus;
 mod promtool;
