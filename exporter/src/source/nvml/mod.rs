@@ -157,6 +157,10 @@ struct Slot {
     handle: Option<Handle>,
     /// The physical GPU's handle (the same as `handle` for a GPU).
     parent: Option<Handle>,
+    /// The physical GPU's entity (the entity itself for a GPU).
+    parent_entity: usize,
+    /// A MIG instance's compute-instance ID.
+    compute_instance: u32,
 }
 
 /// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs.
@@ -201,13 +205,12 @@ struct ProcessNames {
 }
 
 impl ProcessNames {
-    fn name(&mut self, nvml: &Nvml, pid: u32) -> String {
+    /// The name of `pid`, from `read` only when the pid is new.
+    fn name(&mut self, pid: u32, read: impl FnOnce(u32) -> String) -> String {
         let cycle = self.cycle;
-        let entry = self.by_pid.entry(pid).or_insert_with(|| {
-            // No name (a process that just exited, or no permission) is kept as empty
-            // too: asking again each cycle would not change the answer.
-            (nvml.sys_process_name(pid, 64).unwrap_or_default(), cycle)
-        });
+        // No name (a process that just exited, or no permission) is kept as empty too:
+        // asking again each cycle would not change the answer.
+        let entry = self.by_pid.entry(pid).or_insert_with(|| (read(pid), cycle));
         entry.1 = cycle;
         entry.0.clone()
     }
@@ -223,6 +226,10 @@ impl ProcessNames {
 #[derive(Default)]
 struct ProcessReads {
     infos: Vec<nvmlProcessInfo_t>,
+    /// How many of `infos` the last list filled, and in which cycle (a GPU in MIG mode
+    /// lists every instance's processes once per cycle, for all of them).
+    listed: usize,
+    listed_in: Option<u64>,
     samples: Vec<nvmlProcessUtilizationSample_t>,
     /// Last process-utilisation timestamp seen (µs), for incremental reads.
     seen: u64,
@@ -547,6 +554,8 @@ impl GpuSource for NvmlSource {
                         mig_parent: false,
                         handle: None,
                         parent: None,
+                        parent_entity: index as usize,
+                        compute_instance: 0,
                     },
                     EntityInfo {
                         gpu_index: index,
@@ -627,6 +636,8 @@ impl GpuSource for NvmlSource {
                         mig_parent: false,
                         handle: Some(instance.handle),
                         parent: Some(handle),
+                        parent_entity: gpu_entity,
+                        compute_instance: ci,
                     },
                     gpu_entity,
                     EntityInfo {
@@ -654,6 +665,8 @@ impl GpuSource for NvmlSource {
                     mig_parent: mig_on,
                     handle: Some(handle),
                     parent: Some(handle),
+                    parent_entity: gpu_entity,
+                    compute_instance: 0,
                 },
                 EntityInfo {
                     gpu_index: index,
@@ -716,37 +729,63 @@ impl GpuSource for NvmlSource {
     }
 
     fn processes(&mut self, entity: usize) -> Result<Vec<ProcessSample>, ReadError> {
-        if self.slots.get(entity).is_some_and(|s| s.mig_parent) {
+        let slot = self.slot(entity)?;
+        if slot.mig_parent {
             return Ok(Vec::new());
         }
         let nvml = self.nvml()?;
-        let handle = self.slot(entity)?.handle.ok_or(ReadError::GpuLost)?;
+        let handle = slot.handle.ok_or(ReadError::GpuLost)?;
+        // A MIG instance's processes come from its GPU's list, which names each one's
+        // instance IDs: one call per GPU and cycle for all its instances, not one each.
+        let (list, instance) = match slot.mig {
+            Some((_, gi)) => (slot.parent_entity, Some((gi, slot.compute_instance))),
+            None => (entity, None),
+        };
+        let cycle = self.names.cycle;
         let reads = self
+            .process_reads
+            .get_mut(list)
+            .ok_or_else(|| ReadError::Failed(format!("no entity {list}")))?;
+        if instance.is_none() || reads.listed_in != Some(cycle) {
+            let listed_on = if instance.is_some() {
+                slot.parent.ok_or(ReadError::GpuLost)?
+            } else {
+                handle
+            };
+            reads.listed_in = None;
+            reads.listed = raw::compute_processes(nvml, listed_on.raw(), &mut reads.infos)?;
+            reads.listed_in = Some(cycle);
+        }
+        // SM shares since the last read; not every GPU (nor any MIG instance) has them.
+        let mut sm: HashMap<u32, u32> = HashMap::new();
+        let own = self
             .process_reads
             .get_mut(entity)
             .ok_or_else(|| ReadError::Failed(format!("no entity {entity}")))?;
-        let listed = raw::compute_processes(nvml, handle.raw(), &mut reads.infos)?;
-        // SM shares since the last read; not every GPU (nor any MIG instance) has them.
-        let mut sm: HashMap<u32, u32> = HashMap::new();
-        if !reads.no_utilization {
-            match raw::process_utilization(nvml, handle.raw(), reads.seen, &mut reads.samples) {
+        if !own.no_utilization {
+            match raw::process_utilization(nvml, handle.raw(), own.seen, &mut own.samples) {
                 Ok(n) => {
-                    for s in &reads.samples[..n] {
-                        reads.seen = reads.seen.max(s.timeStamp);
+                    for s in &own.samples[..n] {
+                        own.seen = own.seen.max(s.timeStamp);
                         sm.insert(s.pid, s.smUtil);
                     }
                 }
-                Err(ReadError::NotSupported) => reads.no_utilization = true,
+                Err(ReadError::NotSupported) => own.no_utilization = true,
                 Err(_) => {}
             }
         }
-        let infos = &reads.infos[..listed];
+        let reads = &self.process_reads[list];
         let names = &mut self.names;
-        Ok(infos
+        Ok(reads.infos[..reads.listed]
             .iter()
+            .filter(|p| {
+                instance.is_none_or(|(gi, ci)| p.gpuInstanceId == gi && p.computeInstanceId == ci)
+            })
             .map(|p| ProcessSample {
                 pid: p.pid,
-                name: names.name(nvml, p.pid),
+                name: names.name(p.pid, |pid| {
+                    nvml.sys_process_name(pid, 64).unwrap_or_default()
+                }),
                 used_memory_bytes: match UsedGpuMemory::from(p.usedGpuMemory) {
                     UsedGpuMemory::Used(b) => Some(b),
                     UsedGpuMemory::Unavailable => None,
@@ -893,6 +932,32 @@ mod tests {
         assert_eq!(mig_profile_name(3, 40192, h100), "3g.40gb");
         assert_eq!(mig_profile_name(7, 80896, h100), "7g.80gb");
         assert_eq!(mig_profile_name(7, 80384, 81920), "7g.80gb");
+    }
+
+    #[test]
+    fn process_names_are_read_once_per_pid_and_again_after_the_pid_was_gone() {
+        let mut names = ProcessNames::default();
+        let mut reads = Vec::new();
+        let mut read = |pid: u32| {
+            reads.push(pid);
+            format!("proc-{pid}-{}", reads.len())
+        };
+        // Cycle 1: two processes, each read once, even when listed on two devices.
+        assert_eq!(names.name(10, &mut read), "proc-10-1");
+        assert_eq!(names.name(11, &mut read), "proc-11-2");
+        assert_eq!(names.name(10, &mut read), "proc-10-1");
+        names.end_cycle();
+        // Cycle 2: pid 11 is on no device any more.
+        assert_eq!(names.name(10, &mut read), "proc-10-1");
+        names.end_cycle();
+        assert_eq!(
+            names.by_pid.len(),
+            1,
+            "a pid gone from every list is dropped"
+        );
+        // Cycle 3: pid 11 is back (a reused pid): its name is read again.
+        assert_eq!(names.name(11, &mut read), "proc-11-3");
+        assert_eq!(reads, [10, 11, 11]);
     }
 
     #[test]
