@@ -179,6 +179,13 @@ struct MigLayout {
     instances: Vec<MigInstance>,
 }
 
+/// Whether two MIG layouts have the same instances in the same slots. Handles are left
+/// out: a driver may hand out another address for the same instance.
+fn same_layout(a: &[MigInstance], b: &[MigInstance]) -> bool {
+    let ids = |i: &MigInstance| (i.slot, i.gpu_instance, i.compute_instance);
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ids(x) == ids(y))
+}
+
 /// GPM state of one entity.
 enum Gpm {
     Unknown,
@@ -719,6 +726,29 @@ impl GpuSource for NvmlSource {
             }
         };
         self.read_with(entity, &dev, quantities, out);
+        // With the handle kept from discovery, the readings themselves are what shows
+        // the driver answering. The vGPU licence state of a driver without the call is
+        // 0 from no call at all, so when every other reading failed it fails with them:
+        // a driver that stopped answering is then seen as such.
+        let answered = |(q, r): (&Quantity, &Result<Raw, ReadError>)| {
+            *q != Quantity::VgpuLicensed && matches!(r, Ok(_) | Err(ReadError::NoValueYet))
+        };
+        let failure = quantities
+            .iter()
+            .zip(out.iter())
+            .find_map(|(_, r)| match r {
+                Err(e @ (ReadError::Failed(_) | ReadError::Unavailable(_))) => Some(e.clone()),
+                _ => None,
+            });
+        if let Some(e) = failure
+            && !quantities.iter().zip(out.iter()).any(answered)
+        {
+            for (q, r) in quantities.iter().zip(out.iter_mut()) {
+                if *q == Quantity::VgpuLicensed {
+                    *r = Err(e.clone());
+                }
+            }
+        }
         let all_failed = !out.is_empty()
             && out
                 .iter()
@@ -800,7 +830,10 @@ impl GpuSource for NvmlSource {
             self.layout_checked = Instant::now();
             if let Ok(nvml) = self.nvml() {
                 let changed = self.mig_layouts.iter().find(|l| {
-                    Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index) != l.instances
+                    !same_layout(
+                        &Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index),
+                        &l.instances,
+                    )
                 });
                 if let Some(l) = changed {
                     tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
