@@ -254,7 +254,8 @@ pub struct NvmlSource {
     /// MIG-capable GPUs' layouts at discovery, and when they were last compared.
     mig_layouts: Vec<MigLayout>,
     layout_checked: Instant,
-    /// The MIG layout differs from the one discovered: rediscover (without re-initialising NVML).
+    /// The MIG layout differs from the one discovered: rediscover, without
+    /// re-initialising NVML.
     layout_stale: bool,
     /// Device handle address of each physical GPU → entity index, for events.
     event_devices: HashMap<usize, usize>,
