@@ -161,6 +161,10 @@ struct Slot {
     parent_entity: usize,
     /// A MIG instance's compute-instance ID.
     compute_instance: u32,
+    /// The driver said this device has no vGPU licensing (bare metal): a property of
+    /// the driver and board that only a re-initialisation can change, so its licence
+    /// state is 0 without asking again every cycle.
+    no_vgpu_licensing: bool,
 }
 
 /// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs.
@@ -564,6 +568,7 @@ impl GpuSource for NvmlSource {
                         parent: None,
                         parent_entity: index as usize,
                         compute_instance: 0,
+                        no_vgpu_licensing: false,
                     },
                     EntityInfo {
                         gpu_index: index,
@@ -646,6 +651,7 @@ impl GpuSource for NvmlSource {
                         parent: Some(handle),
                         parent_entity: gpu_entity,
                         compute_instance: ci,
+                        no_vgpu_licensing: false,
                     },
                     gpu_entity,
                     EntityInfo {
@@ -675,6 +681,7 @@ impl GpuSource for NvmlSource {
                     parent: Some(handle),
                     parent_entity: gpu_entity,
                     compute_instance: 0,
+                    no_vgpu_licensing: false,
                 },
                 EntityInfo {
                     gpu_index: index,
@@ -930,9 +937,23 @@ impl NvmlSource {
                         (Err(e), _) | (_, Err(e)) => Err(e),
                     })
                 }
+                VgpuLicensed if self.slots.get(entity).is_some_and(|s| s.no_vgpu_licensing) => {
+                    Ok(Raw::U64(0))
+                }
                 VgpuLicensed => match self.nvml() {
                     // SAFETY: `dev` is a live handle of this NVML instance.
-                    Ok(nvml) => raw::vgpu_licensed(nvml, unsafe { dev.handle() }).map(Raw::U64),
+                    Ok(nvml) => match raw::vgpu_licence(nvml, unsafe { dev.handle() }) {
+                        Ok(raw::VgpuLicence::NotAGuest) => {
+                            if let Some(s) = self.slots.get_mut(entity) {
+                                s.no_vgpu_licensing = true;
+                            }
+                            Ok(Raw::U64(0))
+                        }
+                        Ok(raw::VgpuLicence::Guest { licensed }) => {
+                            Ok(Raw::U64(u64::from(licensed)))
+                        }
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 },
                 _ => {

@@ -129,11 +129,19 @@ pub fn wait_event(
     }
 }
 
-/// vGPU guest licence state: 1 when a licensable feature is licensed, 0 on bare metal
-/// (no vGPU licensing, or a driver without the call), as DCGM reports it.
-pub fn vgpu_licensed(nvml: &Nvml, device: nvmlDevice_t) -> Result<u64, ReadError> {
+/// What the driver says of a device's vGPU licensing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VgpuLicence {
+    /// Bare metal: no licensing (`NOT_SUPPORTED`, no licensable features, or a driver
+    /// without the call). DCGM reports the licence state as 0.
+    NotAGuest,
+    /// A vGPU guest: whether a licensable feature is licensed.
+    Guest { licensed: bool },
+}
+
+pub fn vgpu_licence(nvml: &Nvml, device: nvmlDevice_t) -> Result<VgpuLicence, ReadError> {
     let Ok(sym) = nvml.lib().nvmlDeviceGetGridLicensableFeatures_v4.as_ref() else {
-        return Ok(0);
+        return Ok(VgpuLicence::NotAGuest);
     };
     // SAFETY: plain old data; all-zero is a valid value.
     let mut f: nvmlGridLicensableFeatures_t = unsafe { std::mem::zeroed() };
@@ -141,17 +149,19 @@ pub fn vgpu_licensed(nvml: &Nvml, device: nvmlDevice_t) -> Result<u64, ReadError
     let rc = unsafe { sym(device, &mut f) };
     if rc != nvmlReturn_enum_NVML_SUCCESS {
         return match map_err(nvml_wrapper::error::NvmlError::from(rc)) {
-            ReadError::NotSupported => Ok(0),
+            ReadError::NotSupported => Ok(VgpuLicence::NotAGuest),
             e => Err(e),
         };
     }
+    if f.isGridLicenseSupported == 0 {
+        return Ok(VgpuLicence::NotAGuest);
+    }
     let n = (f.licensableFeaturesCount as usize).min(f.gridLicensableFeatures.len());
-    Ok(u64::from(
-        f.isGridLicenseSupported != 0
-            && f.gridLicensableFeatures[..n]
-                .iter()
-                .any(|x| x.featureState > 0),
-    ))
+    Ok(VgpuLicence::Guest {
+        licensed: f.gridLicensableFeatures[..n]
+            .iter()
+            .any(|x| x.featureState > 0),
+    })
 }
 
 /// A GPM sample allocated once through `nvmlGpmSampleAlloc` and reused every cycle
