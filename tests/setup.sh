@@ -9,7 +9,11 @@
 #   - go (Debian package `golang-go`) to build the real control plane of tests/kube
 #     (its Go modules come through the Go module proxy),
 #   - podman and runc (Debian; runc, not crun, which fails on some hosts' cgroup layout)
-#     and ca-certificates for the container image tests (tests/tests/e2e/images.rs).
+#     and ca-certificates for the container image tests (tests/tests/e2e/images.rs),
+#   - the peer NVML tools nvitop-exporter (PyPI, in a venv) and all-smi (crates.io, built
+#     with cargo install), pinned, under the target dir's peers/ (tests/install-peers.sh),
+#     for tests/tests/e2e/peers.rs and exporter/benches/peers.sh; python3-venv (Debian)
+#     for the venv.
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -62,9 +66,14 @@ if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
     apt_packages+=(ca-certificates)
 fi
 if ! command -v python3 >/dev/null 2>&1; then
-    apt_packages+=(python3 python3-pip)
+    apt_packages+=(python3 python3-pip python3-venv)
 elif ! python3 -m pip --version >/dev/null 2>&1 && ! python3 -c 'import pynvml, kubernetes_validate' >/dev/null 2>&1; then
     apt_packages+=(python3-pip)
+fi
+
+# Debian's python3 has no ensurepip (so no `python3 -m venv`) without python3-venv.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    apt_packages+=(python3-venv)
 fi
 
 if [ "${#apt_packages[@]}" -gt 0 ]; then
@@ -108,6 +117,8 @@ if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
         exit 1
     }
 fi
+
+bash "$(dirname "${BASH_SOURCE[0]}")/install-peers.sh"
 
 # kubectl comes with the machine (the tests run `kubectl get --raw` against the adapter);
 # say so plainly rather than fail deep inside a test.
