@@ -239,7 +239,7 @@ def load(port, args):
         ["wrk", "-t2", f"-c{args.connections}", f"-d{args.load_s}s", "--latency",
          "--timeout", "10s", "-H", "Accept: text/plain", f"http://127.0.0.1:{port}/metrics"],
         capture_output=True, text=True, check=True).stdout
-    pct = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    pct = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
     rps = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M)
     errors = re.search(r"Socket errors: (.*)$", out, re.M)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -255,12 +255,13 @@ def load(port, args):
 def native(tool, args, workdir):
     running = start(tool, args, args.interval_s, workdir)
     try:
-        status, body = http_get(running.port)
         time.sleep(args.settle_s)
         c0, t0 = cpu_ns(running.pid), time.monotonic()
         time.sleep(args.idle_s)
         c1, t1 = cpu_ns(running.pid), time.monotonic()
         rss_idle = status_kib(running.pid, "VmRSS")
+        # After some cycles, so the body is complete (a peer serves partial cycles).
+        _, body = http_get(running.port)
         loaded = load(running.port, args)
         rss_loaded = status_kib(running.pid, "VmRSS")
         hwm = status_kib(running.pid, "VmHWM")
@@ -273,7 +274,7 @@ def native(tool, args, workdir):
         "rss_after_load_kib": rss_loaded,
         "hwm_kib": hwm,
         "body_bytes": len(body.encode()),
-        "series": sum(1 for line in body.splitlines() if line and not line.startswith("#")),
+        "series": series_count(body),
         "load": loaded,
         "log": running.log_text(),
     }
@@ -319,11 +320,22 @@ def scrapes(port, k):
         conn.close()
 
 
-def per_scrape_instructions(tool, args, workdir, k):
+def series_count(body):
+    return sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+
+
+def per_scrape_instructions(tool, args, workdir, k, full_series):
     prefix = os.path.join(workdir, f"callgrind.{tool.name}")
     wrapper = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}.%p"]
     running = start(tool, args, 3600, workdir, wrapper=wrapper)
     try:
+        # Under valgrind the first sampling cycle takes seconds, and a peer serves what
+        # it has gathered so far: wait until the body is as complete as it was natively.
+        deadline = time.monotonic() + args.ready_timeout_s
+        while series_count(http_get(running.port, timeout=120)[1]) < full_series:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{tool.name} under valgrind never served {full_series} series")
+            time.sleep(1)
         scrapes(running.port, 3)  # warm caches, connection pools, lazy statics
         callgrind_dump(running.pid, prefix, "-z")
         t0 = time.monotonic()
@@ -356,10 +368,13 @@ def main():
     p.add_argument("--load-s", type=int, default=10)
     p.add_argument("--connections", type=int, default=50)
     p.add_argument("--scrapes-ours", type=int, default=200)
-    p.add_argument("--scrapes-peers", type=int, default=20)
+    p.add_argument("--scrapes-peers", type=int, default=10)
     p.add_argument("--ready-timeout-s", type=float, default=600)
     p.add_argument("--only", default="ours,nvitop-exporter,all-smi")
     args = p.parse_args()
+    # The tools run in a scratch directory: their paths must not be relative.
+    args.ours, args.nvitop_exporter, args.all_smi = (
+        os.path.abspath(x) for x in (args.ours, args.nvitop_exporter, args.all_smi))
 
     tools = [
         Tool("ours", [args.ours, "--address", "127.0.0.1:{port}",
@@ -387,7 +402,7 @@ def main():
             nat = native(tool, args, workdir)
             log(f"{tool.name}: callgrind instructions per scrape")
             k = args.scrapes_ours if tool.name == "ours" else args.scrapes_peers
-            cg = per_scrape_instructions(tool, args, workdir, k)
+            cg = per_scrape_instructions(tool, args, workdir, k, nat["series"])
             results[tool.name] = {"calls": calls, "native": nat, "callgrind": cg}
     json.dump(results, sys.stdout, indent=1)
 

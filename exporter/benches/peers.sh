@@ -37,7 +37,7 @@
 #
 # Talks to 127.0.0.1 only. Requires cargo, python3 (with venv), valgrind, wrk.
 # Knobs (environment): SCENARIO (builtin:big-node), FROZEN_AT_S (100), IDLE_S (30),
-# LOAD_S (10), CYCLES (5), SCRAPES_OURS (200), SCRAPES_PEERS (20), ONLY (a comma list of
+# LOAD_S (10), CYCLES (5), SCRAPES_OURS (200), SCRAPES_PEERS (10), ONLY (a comma list of
 # ours,nvitop-exporter,all-smi), JSON_OUT (file for the raw figures).
 set -euo pipefail
 
@@ -80,7 +80,7 @@ python3 "$script_dir/peers.py" \
     --nvitop-exporter "$peers_dir/nvitop-venv/bin/nvitop-exporter" \
     --all-smi "$peers_dir/all-smi/bin/all-smi" \
     --idle-s "${IDLE_S:-30}" --load-s "${LOAD_S:-10}" --cycles "${CYCLES:-5}" \
-    --scrapes-ours "${SCRAPES_OURS:-200}" --scrapes-peers "${SCRAPES_PEERS:-20}" \
+    --scrapes-ours "${SCRAPES_OURS:-200}" --scrapes-peers "${SCRAPES_PEERS:-10}" \
     --only "${ONLY:-ours,nvitop-exporter,all-smi}" >"$json_out"
 
 machine="$(nproc)-core $(uname -m), $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
