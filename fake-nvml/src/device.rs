@@ -188,7 +188,7 @@ pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
     device_call(device, |d| out.set(d.gpu.model.architecture))
 }
 
-fn pci_info(d: &Dev) -> Result<nvmlPciInfo_t, nvmlReturn_t> {
+pub(crate) fn pci_info(d: &Dev) -> Result<nvmlPciInfo_t, nvmlReturn_t> {
     d.whole_gpu()?;
     let (domain, bus, dev, func) = parse_bus_id(&d.gpu.pci_bus_id).ok_or(INVALID_ARGUMENT)?;
     let mut p = nvmlPciInfo_t {
@@ -430,21 +430,12 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     })
 }
 
-/// Graphics and SM clocks are the model's SM clock; the video clock is not modelled.
+/// The current or highest clock of a type (see `clocks.rs`).
 fn clock(d: &Dev, type_: nvmlClockType_t, max: bool) -> Result<c_uint, nvmlReturn_t> {
-    let r = d.reading(Capability::Clocks)?;
-    let m = d.gpu.model;
-    match type_ {
-        nvmlClockType_enum_NVML_CLOCK_GRAPHICS | nvmlClockType_enum_NVML_CLOCK_SM if max => {
-            Ok(m.max_sm_clock_mhz)
-        }
-        nvmlClockType_enum_NVML_CLOCK_GRAPHICS | nvmlClockType_enum_NVML_CLOCK_SM => {
-            Ok(r.sm_clock_mhz)
-        }
-        nvmlClockType_enum_NVML_CLOCK_MEM if max => Ok(m.mem_clock_mhz),
-        nvmlClockType_enum_NVML_CLOCK_MEM => Ok(r.mem_clock_mhz),
-        nvmlClockType_enum_NVML_CLOCK_VIDEO => Err(NOT_SUPPORTED),
-        _ => Err(INVALID_ARGUMENT),
+    if max {
+        crate::clocks::max_clock(d, type_)
+    } else {
+        crate::clocks::current_clock(d, type_)
     }
 }
 

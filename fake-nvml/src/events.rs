@@ -5,13 +5,27 @@ use crate::ffi::{INVALID_ARGUMENT, NOT_SUPPORTED, Out, TIMEOUT};
 use crate::processes::NO_ID;
 use crate::state::{Sim, device_call, handle, system_call};
 use nvml_wrapper_sys::bindings::*;
-use std::ffi::{c_uint, c_ulonglong};
-use std::time::{Duration, Instant};
+use std::ffi::{c_uint, c_ulonglong, c_void};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The only event type the model produces.
 pub const XID_EVENT: u64 = nvmlEventTypeXidCriticalError as u64;
-/// How often a blocked wait looks for newly due events.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Shortest sleep of a blocked wait, so float rounding at an XID's instant cannot spin.
+pub const MIN_WAIT: Duration = Duration::from_millis(1);
+
+/// Bumped (and waiters woken) whenever a registration or a set changes, since that can
+/// make an XID deliverable before a waiter's computed wake-up time.
+static CHANGES: (Mutex<u64>, Condvar) = (Mutex::new(0), Condvar::new());
+
+fn changes() -> std::sync::MutexGuard<'static, u64> {
+    CHANGES.0.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn announce_change() {
+    *changes() += 1;
+    CHANGES.1.notify_all();
+}
 
 /// One event set: what is registered on it and which XIDs it has delivered.
 #[derive(Default)]
@@ -23,6 +37,26 @@ pub(crate) struct EventSet {
 }
 
 impl EventSet {
+    /// The registration (its MIG instance, if any) through which `x` reaches this set.
+    fn registration_for(&self, sim: &Sim, x: &gpu_sim::XidEvent) -> Option<Option<usize>> {
+        let g = &sim.node.gpus[x.gpu as usize];
+        self.registered.iter().find_map(|&(gpu, mig, mask)| {
+            let fits = gpu == x.gpu
+                && mask & XID_EVENT != 0
+                && mig.is_none_or(|m| x.gpu_instance == Some(g.mig[m].gpu_instance_id));
+            fits.then_some(mig)
+        })
+    }
+
+    /// Scenario instant of the first XID after `t` that this set will deliver.
+    fn next_due_after(&self, sim: &Sim, t: f64) -> Option<f64> {
+        sim.xids
+            .iter()
+            .filter(|x| x.at_s > t)
+            .find(|x| self.registration_for(sim, x).is_some())
+            .map(|x| x.at_s)
+    }
+
     /// The next due XID this set has not delivered, marking it delivered. A set
     /// registered on a GPU gets the XIDs of the GPU and all its MIG instances (reported
     /// on the GPU handle); one registered on a MIG handle gets that instance's only.
@@ -33,15 +67,7 @@ impl EventSet {
             .enumerate()
             .take_while(|(_, x)| x.at_s <= t)
             .filter(|(i, _)| !self.delivered.contains(i))
-            .find_map(|(i, x)| {
-                let g = &sim.node.gpus[x.gpu as usize];
-                self.registered.iter().find_map(|&(gpu, mig, mask)| {
-                    let fits = gpu == x.gpu
-                        && mask & XID_EVENT != 0
-                        && mig.is_none_or(|m| x.gpu_instance == Some(g.mig[m].gpu_instance_id));
-                    fits.then_some((i, x, mig))
-                })
-            })?;
+            .find_map(|(i, x)| self.registration_for(sim, x).map(|mig| (i, x, mig)))?;
         self.delivered.push(i);
         let instance = x.gpu_instance.and_then(|gi| {
             sim.node.gpus[x.gpu as usize]
@@ -97,7 +123,9 @@ pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
                     None => s.registered.push((d.index, d.mig, eventTypes)),
                 }
             })
-            .ok_or(INVALID_ARGUMENT)
+            .ok_or(INVALID_ARGUMENT)?;
+        announce_change();
+        Ok(())
     })
 }
 
@@ -112,8 +140,10 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     device_call(device, |_| out.set(XID_EVENT))
 }
 
-/// Deliver the next due XID at once; otherwise block, polling every
-/// [`POLL_INTERVAL`], until one falls due or `timeoutms` has passed (`TIMEOUT`).
+/// Deliver the next due XID at once; otherwise block, as the driver does, until one
+/// falls due or `timeoutms` has passed (`TIMEOUT`). The wait sleeps on a condition
+/// variable until the wall-clock instant of the set's next XID (never, with scenario
+/// time frozen) or the timeout, whichever is first; registrations wake it early.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetWait_v2(
     set: nvmlEventSet_t,
@@ -128,11 +158,13 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             return Err(INVALID_ARGUMENT);
         }
         let deadline = Instant::now() + Duration::from_millis(timeoutms.into());
+        let clock = sim.node.clock();
         loop {
+            let seen = *changes();
             let t = sim.now();
-            let next = sim
+            let (next, due) = sim
                 .event_sets
-                .with(set as usize, |s| s.take_next(sim, t))
+                .with(set as usize, |s| (s.take_next(sim, t), s.next_due_after(sim, t)))
                 .ok_or(INVALID_ARGUMENT)?;
             if let Some(event) = next {
                 return out.set(event);
@@ -141,7 +173,21 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if now >= deadline {
                 return Err(TIMEOUT);
             }
-            std::thread::sleep(POLL_INTERVAL.min(deadline - now));
+            let mut wait = deadline - now;
+            if let Some(at) = due.filter(|_| !clock.is_frozen()) {
+                let until_due = clock
+                    .wall_time(at)
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default();
+                wait = wait.min(until_due.max(MIN_WAIT));
+            }
+            let guard = changes();
+            drop(
+                CHANGES
+                    .1
+                    .wait_timeout_while(guard, wait, |c| *c == seen)
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
         }
     })
 }
@@ -163,7 +209,98 @@ pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     system_call(|sim, _| {
         sim.event_sets
             .remove(set as usize)
-            .map(drop)
-            .ok_or(INVALID_ARGUMENT)
+            .ok_or(INVALID_ARGUMENT)?;
+        announce_change();
+        Ok(())
+    })
+}
+
+/// Newer event interfaces: the set must exist; the model has no operational events to give them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetGetContextCount_v1(
+    set: nvmlEventSet_t,
+    _params: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetGetContextCount_v1");
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
+    })
+}
+
+/// Newer event interfaces: the set must exist; the model has no operational events to give them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetGetContextData_v1(
+    set: nvmlEventSet_t,
+    _params: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetGetContextData_v1");
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
+    })
+}
+
+/// Newer event interfaces: the set must exist; the model has no operational events to give them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetGetContextInfo_v1(
+    set: nvmlEventSet_t,
+    _params: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetGetContextInfo_v1");
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
+    })
+}
+
+/// Newer event interfaces: the set must exist; the model has no operational events to give them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
+    set: nvmlEventSet_t,
+    _params: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1");
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
+    })
+}
+
+/// Newer event interfaces: the set must exist; the model has no operational events to give them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetRegisterGpuOperationalEvents_v1(
+    set: nvmlEventSet_t,
+    _config: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetRegisterGpuOperationalEvents_v1");
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
+    })
+}
+
+/// Newer event interfaces: the set must exist; the model has no operational events to give them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetWait_v3(
+    set: nvmlEventSet_t,
+    _params: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlEventSetWait_v3");
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
     })
 }

@@ -259,3 +259,18 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t)
         Ok(())
     })
 }
+
+/// GPM streaming is off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmQueryIfStreamingEnabled(
+    device: nvmlDevice_t,
+    state: *mut c_uint,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpmQueryIfStreamingEnabled");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(state) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        out.set(0)
+    })
+}

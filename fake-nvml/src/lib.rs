@@ -70,17 +70,26 @@
 #![allow(clippy::missing_safety_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod board;
 mod calls;
+mod clocks;
 mod device;
 mod events;
 mod ffi;
 mod fields;
 mod gpm;
+mod instances;
 mod mig;
+mod nvlink;
+mod pcie;
 mod processes;
+mod setters;
 mod sigcheck;
 mod state;
 mod system;
+mod unit;
+mod unsupported;
+mod vgpu;
 
 pub use calls::CALL_COUNTS_ENV;
 pub use state::{DEFAULT_SCENARIO, FROZEN_ENV, SCENARIO_ENV};

@@ -1,9 +1,12 @@
 //! Library lifetime, system queries and device enumeration.
 
 use crate::device::parse_bus_id;
-use crate::ffi::{CBuf, INVALID_ARGUMENT, NOT_FOUND, Out, error_text, guard, in_str};
+use crate::ffi::{
+    ARGUMENT_VERSION_MISMATCH, CBuf, INSUFFICIENT_SIZE, INVALID_ARGUMENT, InOut, NOT_FOUND, Out,
+    error_text, fill_list, guard, in_str, put_array_str, struct_version,
+};
 use crate::state::{self, handle, system_call};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlReturn_t};
+use nvml_wrapper_sys::bindings::*;
 use std::ffi::{c_char, c_int, c_uint};
 
 #[unsafe(no_mangle)]
@@ -192,4 +195,155 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
     crate::calls::count!("nvmlDeviceGetHandleByPciBusId");
     // SAFETY: same contract as the versioned function.
     unsafe { nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device) }
+}
+
+/// The GPU with this board serial.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
+    serial: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleBySerial");
+    // SAFETY: NVML contract: `serial` is null or a NUL-terminated string.
+    let wanted = unsafe { in_str(serial) };
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(device) };
+    system_call(|sim, _| {
+        let wanted = wanted.ok_or(INVALID_ARGUMENT)?;
+        let i = sim
+            .node
+            .gpus
+            .iter()
+            .position(|g| g.serial == wanted)
+            .ok_or(NOT_FOUND)?;
+        out.set(handle(i as u32, None))
+    })
+}
+
+/// No GPU is excluded.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGetExcludedDeviceCount(deviceCount: *mut c_uint) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGetExcludedDeviceCount");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(deviceCount) };
+    system_call(|_, _| out.set(0))
+}
+
+/// No GPU is excluded, so every index is out of range.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGetExcludedDeviceInfoByIndex(
+    index: c_uint,
+    info: *mut nvmlExcludedDeviceInfo_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGetExcludedDeviceInfoByIndex");
+    system_call(|_, _| {
+        let _ = (index, info);
+        Err(INVALID_ARGUMENT)
+    })
+}
+
+/// The CPU has no confidential-computing support; the GPUs (Hopper) are capable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetConfComputeCapabilities(
+    capabilities: *mut nvmlConfComputeSystemCaps_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetConfComputeCapabilities");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(capabilities) };
+    system_call(|_, _| {
+        out.set(nvmlConfComputeSystemCaps_t {
+            cpuCaps: NVML_CC_SYSTEM_CPU_CAPS_NONE,
+            gpusCaps: NVML_CC_SYSTEM_GPUS_CC_CAPABLE,
+        })
+    })
+}
+
+/// Confidential computing off: the ready state is not set.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetConfComputeGpusReadyState(
+    isAcceptingWork: *mut c_uint,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetConfComputeGpusReadyState");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(isAcceptingWork) };
+    system_call(|_, _| out.set(NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE))
+}
+
+/// Confidential computing off; the version word must be `nvmlSystemConfComputeSettings_v1`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetConfComputeSettings(
+    settings: *mut nvmlSystemConfComputeSettings_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetConfComputeSettings");
+    // SAFETY: NVML contract: `settings` is null or valid for one struct whose version word the caller set.
+    let io = unsafe { InOut::new(settings) };
+    system_call(|_, _| {
+        let v = io.get()?;
+        if v.version != struct_version::<nvmlSystemConfComputeSettings_t>(1) {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        v.environment = NVML_CC_SYSTEM_ENVIRONMENT_UNAVAILABLE;
+        v.ccFeature = NVML_CC_SYSTEM_FEATURE_DISABLED;
+        v.devToolsMode = NVML_CC_SYSTEM_DEVTOOLS_MODE_OFF;
+        v.multiGpuMode = NVML_CC_SYSTEM_MULTIGPU_NONE;
+        Ok(())
+    })
+}
+
+/// Confidential computing off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetConfComputeState(
+    state: *mut nvmlConfComputeSystemState_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetConfComputeState");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(state) };
+    system_call(|_, _| {
+        out.set(nvmlConfComputeSystemState_t {
+            environment: NVML_CC_SYSTEM_ENVIRONMENT_UNAVAILABLE,
+            ccFeature: NVML_CC_SYSTEM_FEATURE_DISABLED,
+            devToolsMode: NVML_CC_SYSTEM_DEVTOOLS_MODE_OFF,
+        })
+    })
+}
+
+/// The branch of the driver version (`r580_00` for 580.x).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetDriverBranch(
+    branchInfo: *mut nvmlSystemDriverBranchInfo_t,
+    length: c_uint,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetDriverBranch");
+    // SAFETY: NVML contract: `branchInfo` is null or valid for one struct.
+    let io = unsafe { InOut::new(branchInfo) };
+    system_call(|sim, _| {
+        let v = io.get()?;
+        if v.version != struct_version::<nvmlSystemDriverBranchInfo_t>(1) {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        if (length as usize) < v.branch.len() {
+            return Err(INSUFFICIENT_SIZE);
+        }
+        let major = sim
+            .node
+            .driver_version
+            .split('.')
+            .next()
+            .unwrap_or_default();
+        put_array_str(&mut v.branch, &format!("r{major}_00"));
+        Ok(())
+    })
+}
+
+/// No host interface cards on an HGX node.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetHicVersion(
+    hwbcCount: *mut c_uint,
+    hwbcEntries: *mut nvmlHwbcEntry_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetHicVersion");
+    system_call(|_, _| {
+        // SAFETY: NVML contract: `hwbcCount` is valid and `hwbcEntries` is null or holds `*hwbcCount` entries.
+        unsafe { fill_list::<nvmlHwbcEntry_t>(hwbcCount, hwbcEntries, &[]) }
+    })
 }

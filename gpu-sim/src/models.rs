@@ -37,6 +37,35 @@ pub struct ModelProfile {
     /// Peak NVLink throughput per direction, all links, KiB/s.
     pub nvlink_peak_kib_s: u64,
     pub mig_profiles: &'static [MigProfile],
+    /// Board facts that NVML reports as constants of the board.
+    pub board: BoardFacts,
+}
+
+/// Constants of a board that NVML reports but the load does not change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardFacts {
+    /// Board part number (`nvmlDeviceGetBoardPartNumber`).
+    pub part_number: &'static str,
+    /// Highest video clock, MHz; the current one scales with the SM clock.
+    pub max_video_clock_mhz: u32,
+    /// PCIe generation and lane count of the link (current equals maximum).
+    pub pcie_generation: u32,
+    pub pcie_width: u32,
+    /// NVLink version as `nvmlNvlinkVersion_t` (6 = NVLink 4.0, 4 = 3.0).
+    pub nvlink_version: u32,
+    /// Temperature thresholds, °C: shutdown, slowdown, GPU and memory max operating.
+    pub shutdown_temp_c: u32,
+    pub slowdown_temp_c: u32,
+    pub gpu_max_operating_temp_c: u32,
+    pub memory_max_operating_temp_c: u32,
+    /// BAR1 aperture, MiB.
+    pub bar1_mib: u64,
+    /// CUDA compute capability (major, minor).
+    pub cuda_capability: (i32, i32),
+    pub cuda_cores: u32,
+    pub memory_bus_width_bits: u32,
+    /// Lowest settable power limit, mW (the highest is `power_limit_mw`).
+    pub min_power_limit_mw: u32,
 }
 
 const H100_80GB_MIG: &[MigProfile] = &[
@@ -156,6 +185,22 @@ pub const MODELS: &[ModelProfile] = &[
         nvlink_links: 18,
         nvlink_peak_kib_s: 439_453_125,
         mig_profiles: H100_80GB_MIG,
+        board: BoardFacts {
+            part_number: "692-2G520-0200-000",
+            max_video_clock_mhz: 1755,
+            pcie_generation: 5,
+            pcie_width: 16,
+            nvlink_version: 6,
+            shutdown_temp_c: 92,
+            slowdown_temp_c: 89,
+            gpu_max_operating_temp_c: 87,
+            memory_max_operating_temp_c: 95,
+            bar1_mib: 131072,
+            cuda_capability: (9, 0),
+            cuda_cores: 16896,
+            memory_bus_width_bits: 5120,
+            min_power_limit_mw: 200000,
+        },
     },
     ModelProfile {
         name: "NVIDIA H200",
@@ -173,6 +218,22 @@ pub const MODELS: &[ModelProfile] = &[
         nvlink_links: 18,
         nvlink_peak_kib_s: 439_453_125,
         mig_profiles: H200_MIG,
+        board: BoardFacts {
+            part_number: "692-2G520-0280-000",
+            max_video_clock_mhz: 1755,
+            pcie_generation: 5,
+            pcie_width: 16,
+            nvlink_version: 6,
+            shutdown_temp_c: 92,
+            slowdown_temp_c: 89,
+            gpu_max_operating_temp_c: 87,
+            memory_max_operating_temp_c: 95,
+            bar1_mib: 262144,
+            cuda_capability: (9, 0),
+            cuda_cores: 16896,
+            memory_bus_width_bits: 6144,
+            min_power_limit_mw: 200000,
+        },
     },
     ModelProfile {
         name: "NVIDIA A100-SXM4-80GB",
@@ -190,6 +251,22 @@ pub const MODELS: &[ModelProfile] = &[
         nvlink_links: 12,
         nvlink_peak_kib_s: 292_968_750,
         mig_profiles: A100_80GB_MIG,
+        board: BoardFacts {
+            part_number: "692-2G506-0210-002",
+            max_video_clock_mhz: 1440,
+            pcie_generation: 4,
+            pcie_width: 16,
+            nvlink_version: 4,
+            shutdown_temp_c: 92,
+            slowdown_temp_c: 89,
+            gpu_max_operating_temp_c: 85,
+            memory_max_operating_temp_c: 95,
+            bar1_mib: 131072,
+            cuda_capability: (8, 0),
+            cuda_cores: 6912,
+            memory_bus_width_bits: 5120,
+            min_power_limit_mw: 100000,
+        },
     },
     ModelProfile {
         name: "NVIDIA L4",
@@ -207,6 +284,22 @@ pub const MODELS: &[ModelProfile] = &[
         nvlink_links: 0,
         nvlink_peak_kib_s: 0,
         mig_profiles: &[],
+        board: BoardFacts {
+            part_number: "900-2G193-0000-001",
+            max_video_clock_mhz: 1545,
+            pcie_generation: 4,
+            pcie_width: 16,
+            nvlink_version: 0,
+            shutdown_temp_c: 96,
+            slowdown_temp_c: 93,
+            gpu_max_operating_temp_c: 90,
+            memory_max_operating_temp_c: 90,
+            bar1_mib: 32768,
+            cuda_capability: (8, 9),
+            cuda_cores: 7424,
+            memory_bus_width_bits: 192,
+            min_power_limit_mw: 40000,
+        },
     },
 ];
 
