@@ -13,7 +13,7 @@
 #   - the peer NVML tools nvitop-exporter (PyPI, in a venv) and all-smi (crates.io, built
 #     with cargo install), pinned, under the target dir's peers/ (tests/install-peers.sh),
 #     for tests/tests/e2e/peers.rs and exporter/benches/peers.sh; python3-venv (Debian)
-#     for the venv.
+#     for the venv, protobuf-compiler (Debian) for all-smi's build.
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -71,6 +71,10 @@ elif ! python3 -m pip --version >/dev/null 2>&1 && ! python3 -c 'import pynvml, 
     apt_packages+=(python3-pip)
 fi
 
+# all-smi's build script compiles .proto files with protoc.
+if ! command -v protoc >/dev/null 2>&1; then
+    apt_packages+=(protobuf-compiler)
+fi
 # Debian's python3 has no ensurepip (so no `python3 -m venv`) without python3-venv.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
     apt_packages+=(python3-venv)

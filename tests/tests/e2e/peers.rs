@@ -71,7 +71,10 @@ fn prepend_path(var: &str, dir: &Path) -> String {
 fn with_fake(program: &Path, lib_dir: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.env("LD_LIBRARY_PATH", prepend_path("LD_LIBRARY_PATH", lib_dir))
-        .env("PATH", prepend_path("PATH", &workspace().join("tests/fake-bin")))
+        .env(
+            "PATH",
+            prepend_path("PATH", &workspace().join("tests/fake-bin")),
+        )
         .env("GPU_SIM_SCENARIO", format!("builtin:{SCENARIO}"))
         .env("GPU_SIM_FROZEN_AT_S", FROZEN_AT_S.to_string())
         .env_remove("GPU_SIM_CALL_COUNTS");
@@ -102,9 +105,8 @@ fn scrape_when_complete(
             }
             let (status, body) = try_get(url, &[]).ok()?;
             (status == 200
-                && (0..gpus).all(|g| {
-                    !series_values(&body, marker, &[(label, &g.to_string())]).is_empty()
-                }))
+                && (0..gpus)
+                    .all(|g| !series_values(&body, marker, &[(label, &g.to_string())]).is_empty()))
             .then_some(body)
         },
     )
@@ -266,11 +268,7 @@ fn all_smi_api_serves_the_simulated_gpus_without_missing_functions() {
         let check = |name: &str, want: f64, tolerance: f64| {
             assert_gpu_value("all-smi", &body, name, &labels, want, tolerance)
         };
-        check(
-            "all_smi_gpu_memory_total_bytes",
-            r.memory.total as f64,
-            0.0,
-        );
+        check("all_smi_gpu_memory_total_bytes", r.memory.total as f64, 0.0);
         check("all_smi_gpu_memory_used_bytes", r.memory.used as f64, 0.0);
         check(
             "all_smi_gpu_temperature_celsius",
@@ -282,11 +280,7 @@ fn all_smi_api_serves_the_simulated_gpus_without_missing_functions() {
             f64::from(r.power_mw) / 1000.0,
             1e-9,
         );
-        check(
-            "all_smi_gpu_frequency_mhz",
-            f64::from(r.sm_clock_mhz),
-            0.0,
-        );
+        check("all_smi_gpu_frequency_mhz", f64::from(r.sm_clock_mhz), 0.0);
         if let (Some(util), false) = (r.gpu_util_percent, e.mig) {
             check("all_smi_gpu_utilization", f64::from(util), 0.0);
         }
