@@ -4,7 +4,9 @@
 # versions, under PEERS_DIR (default: the cargo target dir's peers/):
 #   - nvitop-exporter (PyPI) in a venv: PEERS_DIR/nvitop-venv/bin/nvitop-exporter,
 #   - all-smi (crates.io, `cargo install --locked`): PEERS_DIR/all-smi/bin/all-smi.
-# Idempotent: an installed pinned version is kept. Called by tests/setup.sh.
+# Idempotent: an installed pinned version is kept. Called by tests/setup.sh. all-smi's
+# release build takes about 10 CPU-minutes: a PEERS_DIR outside the checkout, exported
+# for setup.sh and the tests alike, keeps it across fresh clones.
 set -euo pipefail
 
 # nvitop-exporter and the exact versions of what it pulls in (its requirements are

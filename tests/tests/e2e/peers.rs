@@ -9,14 +9,14 @@
 //! all-smi looks for an NVIDIA controller with `lspci` before it loads NVML: the test
 //! puts `tests/fake-bin` (a stand-in `lspci` listing the fake's GPUs) first on PATH.
 //!
-//! `bash tests/setup.sh` installs both, pinned, under the target dir's `peers/`
-//! (tests/install-peers.sh); a missing tool fails the test, never skips it.
+//! `bash tests/setup.sh` installs both, pinned, under the target dir's `peers/` or
+//! `PEERS_DIR` (tests/install-peers.sh); a missing tool fails the test, never skips it.
 
 use e2e_tests::{
     Process, fake_nvml, free_port, scratch_dir, series_values, target_profile_dir, try_get,
     wait_for, workspace,
 };
-use gpu_sim::{GpuReading, Scenario, SimNode};
+use gpu_sim::{GpuReading, ModelProfile, Scenario, SimNode};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -35,13 +35,19 @@ const MISSING_FUNCTION: &[&str] = &[
     "undefined symbol",
 ];
 
-/// An installed peer tool under the target dir's `peers/`.
+/// An installed peer tool under `PEERS_DIR` (tests/install-peers.sh's), by default the
+/// target dir's `peers/`.
 fn peer_tool(relative: &str) -> PathBuf {
-    let path = target_profile_dir()
-        .parent()
-        .expect("target/<profile> has a parent")
-        .join("peers")
-        .join(relative);
+    let dir = std::env::var_os("PEERS_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            target_profile_dir()
+                .parent()
+                .expect("target/<profile> has a parent")
+                .join("peers")
+        });
+    let path = dir.join(relative);
     assert!(
         path.exists(),
         "{} is not installed; run `bash tests/setup.sh` (tests/install-peers.sh)",
@@ -149,7 +155,7 @@ fn assert_gpu_value(
 /// The fields both peers report, from the model.
 struct Expected {
     index: String,
-    name: &'static str,
+    model: &'static ModelProfile,
     reading: GpuReading,
     mig: bool,
 }
@@ -160,7 +166,7 @@ fn expected() -> Vec<Expected> {
         .iter()
         .map(|g| Expected {
             index: g.index.to_string(),
-            name: g.model.name,
+            model: g.model,
             reading: node.gpu_reading(g.index, FROZEN_AT_S),
             mig: !g.mig.is_empty(),
         })
@@ -175,7 +181,9 @@ fn nvitop_exporter_serves_the_simulated_gpus_without_missing_functions() {
     let lib = lib_dir();
     let port = free_port();
     let mut cmd = with_fake(&program, &lib);
-    cmd.args(["--bind-address", "127.0.0.1", "--port", &port.to_string()])
+    // At debug level nvitop also writes nvitop.log into its working directory.
+    cmd.current_dir(scratch_dir("nvitop-exporter"))
+        .args(["--bind-address", "127.0.0.1", "--port", &port.to_string()])
         .args(["--interval", "1"])
         // nvitop's own logger: debug shows every failed symbol probe too.
         .env("LOGLEVEL", "DEBUG");
@@ -192,7 +200,7 @@ fn nvitop_exporter_serves_the_simulated_gpus_without_missing_functions() {
 
     for e in &want {
         let r = &e.reading;
-        let labels = [("index", e.index.as_str()), ("devicename", e.name)];
+        let labels = [("index", e.index.as_str()), ("devicename", e.model.name)];
         let check = |name: &str, want: f64, tolerance: f64| {
             assert_gpu_value("nvitop-exporter", &body, name, &labels, want, tolerance)
         };
@@ -227,12 +235,15 @@ fn nvitop_exporter_serves_the_simulated_gpus_without_missing_functions() {
                 );
             }
         }
-        // Every H100 has a video clock; the model has no figure for it, so any reading.
+        // The model bounds the video clock by the board's maximum.
         let video = series_values(&body, "gpu_clock_video_MHz", &labels);
         assert!(
-            video.len() == 1 && video[0] > 0.0,
-            "nvitop-exporter: GPU {} video clock should be read, got {video:?}",
-            e.index
+            video.len() == 1
+                && video[0] > 0.0
+                && video[0] <= f64::from(e.model.board.max_video_clock_mhz),
+            "nvitop-exporter: GPU {} video clock should be read, up to {} MHz, got {video:?}",
+            e.index,
+            e.model.board.max_video_clock_mhz
         );
     }
     assert_no_missing_function("nvitop-exporter", &process.log());
@@ -245,7 +256,8 @@ fn all_smi_api_serves_the_simulated_gpus_without_missing_functions() {
     let scratch = scratch_dir("all-smi-home");
     let port = free_port();
     let mut cmd = with_fake(&program, &lib);
-    cmd.args(["api", "--port", &port.to_string(), "--interval", "1"])
+    cmd.current_dir(&scratch)
+        .args(["api", "--port", &port.to_string(), "--interval", "1"])
         // Its energy journal and config live under these: keep them in the scratch dir.
         .env("XDG_CACHE_HOME", scratch.join("cache"))
         .env("XDG_CONFIG_HOME", scratch.join("config"))
@@ -264,7 +276,7 @@ fn all_smi_api_serves_the_simulated_gpus_without_missing_functions() {
 
     for e in &want {
         let r = &e.reading;
-        let labels = [("gpu_index", e.index.as_str()), ("gpu", e.name)];
+        let labels = [("gpu_index", e.index.as_str()), ("gpu", e.model.name)];
         let check = |name: &str, want: f64, tolerance: f64| {
             assert_gpu_value("all-smi", &body, name, &labels, want, tolerance)
         };
@@ -284,6 +296,56 @@ fn all_smi_api_serves_the_simulated_gpus_without_missing_functions() {
         if let (Some(util), false) = (r.gpu_util_percent, e.mig) {
             check("all_smi_gpu_utilization", f64::from(util), 0.0);
         }
+        // Board facts, each from its own NVML getter (thresholds, max customer boost
+        // clocks, power limit).
+        let board = &e.model.board;
+        check(
+            "all_smi_gpu_temperature_threshold_slowdown_celsius",
+            f64::from(board.slowdown_temp_c),
+            0.0,
+        );
+        check(
+            "all_smi_gpu_temperature_threshold_shutdown_celsius",
+            f64::from(board.shutdown_temp_c),
+            0.0,
+        );
+        check(
+            "all_smi_gpu_temperature_threshold_max_operating_celsius",
+            f64::from(board.gpu_max_operating_temp_c),
+            0.0,
+        );
+        check(
+            "all_smi_gpu_clock_graphics_max_mhz",
+            f64::from(e.model.max_sm_clock_mhz),
+            0.0,
+        );
+        check(
+            "all_smi_gpu_clock_memory_max_mhz",
+            f64::from(e.model.mem_clock_mhz),
+            0.0,
+        );
+        check(
+            "all_smi_gpu_power_limit_current_watts",
+            f64::from(r.power_limit_mw) / 1000.0,
+            1e-9,
+        );
+        // The PCIe link generation is a label of the info series.
+        let generation = board.pcie_generation.to_string();
+        let mut info_labels = labels.to_vec();
+        info_labels.push(("pcie_generation", generation.as_str()));
+        assert_eq!(
+            series_values(&body, "all_smi_gpu_info", &info_labels).len(),
+            1,
+            "all-smi: GPU {} info should say PCIe generation {generation}",
+            e.index
+        );
+        // The P-state (nvmlDeviceGetPerformanceState) is served when the fake answers it.
+        assert_eq!(
+            series_values(&body, "all_smi_gpu_performance_state", &labels).len(),
+            1,
+            "all-smi: GPU {} has no performance state",
+            e.index
+        );
     }
     assert_no_missing_function("all-smi", &process.log());
 }
