@@ -38,7 +38,8 @@
 # Talks to 127.0.0.1 only. Requires cargo, python3 (with venv), valgrind, wrk.
 # Knobs (environment): SCENARIO (builtin:big-node), FROZEN_AT_S (100), IDLE_S (30),
 # LOAD_S (10), CYCLES (5), SCRAPES_OURS (200), SCRAPES_PEERS (10), ONLY (a comma list of
-# ours,nvitop-exporter,all-smi), JSON_OUT (file for the raw figures).
+# ours,nvitop-exporter,all-smi), JSON_OUT (file for the raw figures), PEERS_DIR (where
+# the peers are installed; default target/peers).
 set -euo pipefail
 
 NVITOP_EXPORTER_VERSION=1.7.2
@@ -52,7 +53,7 @@ FROZEN_AT_S=${FROZEN_AT_S:-100}
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$script_dir/../.." && pwd)
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-peers_dir=$target_dir/peers
+peers_dir=${PEERS_DIR:-$target_dir/peers}
 
 for tool in cargo python3 valgrind callgrind_control wrk; do
     command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is required (bash tests/setup.sh installs wrk)" >&2; exit 1; }
