@@ -436,19 +436,22 @@ def main():
     ]
     wanted = args.only.split(",")
     results = {}
-    with tempfile.TemporaryDirectory(prefix="peers-") as workdir:
-        for tool in tools:
-            if tool.name not in wanted:
-                continue
-            log(f"{tool.name}: NVML calls per cycle")
-            calls = calls_per_cycle(tool, args, workdir)
-            log(f"{tool.name}: idle CPU, RSS, load")
-            nat = native(tool, args, workdir)
-            log(f"{tool.name}: callgrind instructions per scrape")
-            k = args.scrapes_ours if tool.name == "ours" else args.scrapes_peers
-            cg = per_scrape_instructions(tool, args, workdir, k, nat["series"])
-            results[tool.name] = {"calls": calls, "native": nat, "callgrind": cg}
-    json.dump(results, sys.stdout, indent=1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="peers-") as workdir:
+            for tool in tools:
+                if tool.name not in wanted:
+                    continue
+                log(f"{tool.name}: NVML calls per cycle")
+                calls = calls_per_cycle(tool, args, workdir)
+                log(f"{tool.name}: idle CPU, RSS, load")
+                nat = native(tool, args, workdir)
+                log(f"{tool.name}: callgrind instructions per scrape")
+                k = args.scrapes_ours if tool.name == "ours" else args.scrapes_peers
+                cg = per_scrape_instructions(tool, args, workdir, k, nat["series"])
+                results[tool.name] = {"calls": calls, "native": nat, "callgrind": cg}
+    finally:
+        # What was measured before a failure is kept.
+        json.dump(results, sys.stdout, indent=1)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,17 @@ def main():
     if not ours:
         raise SystemExit("no figures for ours")
 
+    def factor(x):
+        return f"{x:,.0f}" if x >= 100 else f"{x:.2g}" if x >= 10 else f"{x:.2f}"
+
     def ratio(a, b):
+        """ours/peer, and how many times less (or more) that is."""
         if not b:
             return "n/a"
         x = a / b
         if x < 1:
-            return f"{x:.4g} ({b / a:,.0f}× less)" if a else "0"
-        return f"{x:.3g} ({x:.2f}× more)"
+            return f"{x:.3g} ({factor(b / a)}× less)" if a else "0"
+        return f"{x:.3g} ({factor(x)}× more)"
 
     rows = [
         ("CPU per scrape, callgrind instructions",
