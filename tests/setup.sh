@@ -3,7 +3,8 @@
 #   - promtool and prometheus (Debian package `prometheus`) for the promtool/Prometheus tests,
 #   - wrk (Debian package `wrk`) for the load tests,
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
-#   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test,
+#   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test, and gpustat
+#     and nvitop (PyPI, pinned) for the NVML breadth test,
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
 #     for the manifest tests (tests/tests/e2e/deploy.rs),
 #   - go (Debian package `golang-go`) to build the real control plane of tests/kube
@@ -23,6 +24,9 @@ set -euo pipefail
 NVIDIA_ML_PY_VERSION="13.615.71"
 # The kubernetes-validate release the manifest tests use (schemas up to Kubernetes 1.37).
 KUBERNETES_VALIDATE_VERSION="1.37.0"
+# NVML peer tools the breadth test runs against the fake library (tests/tests/e2e/nvml_breadth.rs).
+GPUSTAT_VERSION="1.1.1"
+NVITOP_VERSION="1.7.2"
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -110,6 +114,24 @@ if ! python3 -c 'import pynvml' >/dev/null 2>&1; then
     fi
     python3 -c 'import pynvml' || {
         echo "tests/setup.sh: pynvml still cannot be imported after installing nvidia-ml-py" >&2
+        exit 1
+    }
+fi
+
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(0 if (m.version('gpustat'), m.version('nvitop')) == ('${GPUSTAT_VERSION}', '${NVITOP_VERSION}') else 1)" >/dev/null 2>&1; then
+    echo "tests/setup.sh: installing gpustat==${GPUSTAT_VERSION} and nvitop==${NVITOP_VERSION}"
+    # nvidia-ml-py named again so pip keeps the pinned release.
+    pip_args=(install --quiet --disable-pip-version-check "gpustat==${GPUSTAT_VERSION}" "nvitop==${NVITOP_VERSION}" "nvidia-ml-py==${NVIDIA_ML_PY_VERSION}")
+    if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+        pip_args+=(--break-system-packages)
+    fi
+    if python3 -m pip "${pip_args[@]}" 2>/dev/null; then
+        :
+    else
+        as_root python3 -m pip "${pip_args[@]}"
+    fi
+    python3 -c 'import gpustat, nvitop' || {
+        echo "tests/setup.sh: gpustat or nvitop still cannot be imported" >&2
         exit 1
     }
 fi

@@ -15,6 +15,8 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
 /// Processes the driver's accounting ring holds.
 pub const ACCOUNTING_BUFFER_SIZE: u32 = 4000;
 const MIB: u64 = 1 << 20;
+/// Compute slices of a whole MIG-capable GPU.
+const MIG_SLICES: u32 = 7;
 /// BAR1 mapped by the driver itself and by each running process.
 pub const BAR1_DRIVER_MIB: u64 = 1;
 pub const BAR1_PER_PROCESS_MIB: u64 = 2;
@@ -25,9 +27,20 @@ pub(crate) fn board<'a>(d: &Dev<'a>) -> Result<&'a BoardFacts, Ret> {
     Ok(&d.gpu.model.board)
 }
 
+/// The board's BAR1, or a MIG instance's share of it (its slices of seven), with the
+/// mappings of the processes on it.
 fn bar1(d: &Dev) -> Result<nvmlBAR1Memory_t, Ret> {
-    let total = board(d)?.bar1_mib * MIB;
-    let procs = d.node().gpu_processes(d.index, d.t).len() as u64;
+    let board_bar1 = d.gpu.model.board.bar1_mib * MIB;
+    let (total, procs) = match d.mig {
+        Some(m) => (
+            board_bar1 / u64::from(MIG_SLICES) * u64::from(d.gpu.mig[m].profile.slices),
+            d.node().mig_processes(d.index, m, d.t).len() as u64,
+        ),
+        None => (
+            board_bar1,
+            d.node().gpu_processes(d.index, d.t).len() as u64,
+        ),
+    };
     let used = (BAR1_DRIVER_MIB + BAR1_PER_PROCESS_MIB * procs) * MIB;
     Ok(nvmlBAR1Memory_t {
         bar1Total: total,
@@ -182,11 +195,27 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(
     })
 }
 
+/// Accounting is off: no process has statistics (`NOT_FOUND`), as for the v1 call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(
+    device: nvmlDevice_t,
+    data: *mut std::ffi::c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetAccountingStats_v2");
+    device_call(device, |d| {
+        board(d)?;
+        if data.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        Err(NOT_FOUND)
+    })
+}
+
 /// Accounting is off: no process has statistics (`NOT_FOUND`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(
     device: nvmlDevice_t,
-    pid: c_uint,
+    _pid: c_uint,
     stats: *mut nvmlAccountingStats_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetAccountingStats");
@@ -195,12 +224,12 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(
         if stats.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let _ = pid;
         Err(NOT_FOUND)
     })
 }
 
-/// The board's BAR1 aperture; each running process maps 2 MiB of it and the driver 1 MiB.
+/// The board's BAR1 aperture (a MIG instance: its share); each running process maps 2 MiB
+/// of it and the driver 1 MiB.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetBAR1MemoryInfo(
     device: nvmlDevice_t,

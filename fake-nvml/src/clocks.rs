@@ -243,7 +243,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedMemoryClocks(
     })
 }
 
-/// P0 only; the rest of the array is `NVML_PSTATE_UNKNOWN`.
+/// P0 only; the rest of the array is `NVML_PSTATE_UNKNOWN`. `size` is in bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetSupportedPerformanceStates(
     device: nvmlDevice_t,
@@ -251,8 +251,13 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedPerformanceStates(
     size: c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetSupportedPerformanceStates");
-    // SAFETY: NVML contract: `pstates` is null or valid for `size` entries.
-    let states = unsafe { crate::ffi::in_slice(pstates, size as usize) };
+    // SAFETY: NVML contract: `pstates` is null or valid for `size` bytes.
+    let states = unsafe {
+        crate::ffi::in_slice(
+            pstates,
+            size as usize / std::mem::size_of::<nvmlPstates_t>(),
+        )
+    };
     device_call(device, |d| {
         d.reading(Capability::Clocks)?;
         let states = states.ok_or(INVALID_ARGUMENT)?;

@@ -731,3 +731,86 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
         outs.into_iter().zip(values).try_for_each(|(o, v)| o.set(v))
     })
 }
+
+/// One sample of a whole GPU's reading per call: utilisation (%), power (mW) or clock
+/// (MHz) now, stamped with the real wall clock (µs) like the process samples, so a
+/// client passing its last seen timestamp keeps getting samples with time frozen.
+/// Module power (Grace Hopper only) is `NOT_SUPPORTED`; JPEG and OFA are idle. With
+/// `samples` null, the count of available samples and success, as the driver answers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSamples(
+    device: nvmlDevice_t,
+    type_: nvmlSamplingType_t,
+    lastSeenTimeStamp: c_ulonglong,
+    sampleValType: *mut nvmlValueType_t,
+    sampleCount: *mut c_uint,
+    samples: *mut nvmlSample_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetSamples");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let value_type = unsafe { Out::new(sampleValType) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        let r = d.node().gpu_reading(d.index, d.t);
+        let utilization = |v: Option<u32>| {
+            d.require(Capability::Utilization)?;
+            v.ok_or(NOT_SUPPORTED)
+        };
+        let value = match type_ {
+            nvmlSamplingType_enum_NVML_TOTAL_POWER_SAMPLES => {
+                d.require(Capability::Power)?;
+                r.power_mw
+            }
+            nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES => utilization(r.gpu_util_percent)?,
+            nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES => {
+                utilization(r.memory_util_percent)?
+            }
+            nvmlSamplingType_enum_NVML_ENC_UTILIZATION_SAMPLES => {
+                d.require(Capability::EncoderUtilization)?;
+                r.encoder_percent
+            }
+            nvmlSamplingType_enum_NVML_DEC_UTILIZATION_SAMPLES => {
+                d.require(Capability::DecoderUtilization)?;
+                r.decoder_percent
+            }
+            nvmlSamplingType_enum_NVML_PROCESSOR_CLK_SAMPLES => {
+                d.require(Capability::Clocks)?;
+                r.sm_clock_mhz
+            }
+            nvmlSamplingType_enum_NVML_MEMORY_CLK_SAMPLES => {
+                d.require(Capability::Clocks)?;
+                r.mem_clock_mhz
+            }
+            nvmlSamplingType_enum_NVML_JPG_UTILIZATION_SAMPLES
+            | nvmlSamplingType_enum_NVML_OFA_UTILIZATION_SAMPLES => 0,
+            nvmlSamplingType_enum_NVML_MODULE_POWER_SAMPLES => return Err(NOT_SUPPORTED),
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        value_type.set(nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT)?;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |w| w.as_micros() as u64);
+        let mut sample = nvmlSample_t {
+            timeStamp: now_us,
+            sampleValue: nvmlValue_t { ullVal: 0 },
+        };
+        sample.sampleValue.uiVal = value;
+        let available: &[nvmlSample_t] = if now_us > lastSeenTimeStamp {
+            std::slice::from_ref(&sample)
+        } else {
+            &[]
+        };
+        // SAFETY: NVML contract: `sampleCount` is null or valid for reading and writing.
+        let count = unsafe { crate::ffi::InOut::new(sampleCount) }.get()?;
+        if samples.is_null() {
+            *count = available.len() as c_uint;
+            return Ok(());
+        }
+        let n = (*count as usize).min(available.len());
+        let mut filled = n as c_uint;
+        // SAFETY: NVML contract: `samples` (not null) holds `*count` (>= n) entries.
+        unsafe { fill_list(&mut filled, samples, &available[..n]) }?;
+        *count = filled;
+        Ok(())
+    })
+}

@@ -164,7 +164,9 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             let t = sim.now();
             let (next, due) = sim
                 .event_sets
-                .with(set as usize, |s| (s.take_next(sim, t), s.next_due_after(sim, t)))
+                .with(set as usize, |s| {
+                    (s.take_next(sim, t), s.next_due_after(sim, t))
+                })
                 .ok_or(INVALID_ARGUMENT)?;
             if let Some(event) = next {
                 return out.set(event);

@@ -66,6 +66,24 @@ impl<T> Out<'_, T> {
         slot.write(v);
         Ok(())
     }
+
+    /// Zero every byte of the slot, padding included, then let `fill` set the fields:
+    /// for structs with padding that some clients read as part of a wider field (pynvml
+    /// reads the one-byte `nvmlGpuFabricState_t` as a `c_uint`).
+    ///
+    /// # Safety
+    /// All-zero bytes are a valid `T` (a plain C struct).
+    pub(crate) unsafe fn set_zeroed(self, fill: impl FnOnce(&mut T)) -> Outcome {
+        let slot = self.0.ok_or(INVALID_ARGUMENT)?;
+        // SAFETY: the slot is valid for one `T`; zero bytes are a valid `T` per this
+        // function's contract, so it is initialised once written.
+        let value = unsafe {
+            std::ptr::write_bytes(slot.as_mut_ptr(), 0, 1);
+            slot.assume_init_mut()
+        };
+        fill(value);
+        Ok(())
+    }
 }
 
 /// An in/out parameter: a client struct we read (a version word, a count) and fill.

@@ -100,6 +100,37 @@ fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlRetu
         NVML_FI_DEV_REMAPPED_FAILURE => {
             need(Capability::RemappedRows).map(|_| U32(r.remap_failure.into()))?
         }
+        NVML_FI_DEV_NVLINK_LINK_COUNT => nvlink(d).map(|_| U32(d.gpu.model.nvlink_links))?,
+        NVML_FI_DEV_NVLINK_GET_STATE => {
+            nvlink(d)?;
+            match scope {
+                l if l < d.gpu.model.nvlink_links => U32(1),
+                _ => return Err(INVALID_ARGUMENT),
+            }
+        }
+        NVML_FI_DEV_NVLINK_GET_VERSION => {
+            nvlink(d)?;
+            U32(d.gpu.model.board.nvlink_version)
+        }
+        NVML_FI_DEV_ECC_CURRENT | NVML_FI_DEV_ECC_PENDING => {
+            need(Capability::Ecc).map(|_| U32(1))?
+        }
+        NVML_FI_DEV_PCIE_REPLAY_COUNTER => {
+            need(Capability::PcieReplay).map(|_| U64(r.pcie_replay))?
+        }
+        NVML_FI_DEV_POWER_INSTANT | NVML_FI_DEV_POWER_AVERAGE => {
+            need(Capability::Power).map(|_| U32(r.power_mw))?
+        }
+        NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT => {
+            need(Capability::Temperature).map(|_| U32(d.gpu.model.board.shutdown_temp_c))?
+        }
+        NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT => {
+            need(Capability::Temperature).map(|_| U32(d.gpu.model.board.slowdown_temp_c))?
+        }
+        NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT => need(Capability::Temperature)
+            .map(|_| U32(d.gpu.model.board.memory_max_operating_temp_c))?,
+        NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT => need(Capability::Temperature)
+            .map(|_| U32(d.gpu.model.board.gpu_max_operating_temp_c))?,
         _ => return Err(NOT_SUPPORTED),
     })
 }

@@ -36,7 +36,7 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
     no_such_handle()
 }
 
-/// Changes device state: `NO_PERMISSION`, as for a non-root client (the fake changes nothing).
+/// Needs the MIG configuration capability: `NO_PERMISSION`, as for a non-root client.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     device: nvmlDevice_t,
@@ -47,7 +47,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     device_no_permission(device)
 }
 
-/// Changes device state: `NO_PERMISSION`, as for a non-root client (the fake changes nothing).
+/// Needs the MIG configuration capability: `NO_PERMISSION`, as for a non-root client.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements(
     device: nvmlDevice_t,
@@ -59,7 +59,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements(
     device_no_permission(device)
 }
 
-/// Changes device state: `NO_PERMISSION`, as for a non-root client (the fake changes nothing).
+/// Needs the MIG configuration capability: `NO_PERMISSION`, as for a non-root client.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     device: nvmlDevice_t,
@@ -71,18 +71,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     device_no_permission(device)
 }
 
-/// Changes device state: `NO_PERMISSION`, as for a non-root client (the fake changes nothing).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
-    device: nvmlDevice_t,
-    _profileId: c_uint,
-    _info: *mut nvmlGpuInstanceProfileInfo_v2_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoByIdV");
-    device_no_permission(device)
-}
-
-/// Changes device state: `NO_PERMISSION`, as for a non-root client (the fake changes nothing).
+/// Needs the MIG configuration capability: `NO_PERMISSION`, as for a non-root client.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     device: nvmlDevice_t,
@@ -93,7 +82,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceRemainingCapacity(
     device_no_permission(device)
 }
 
-/// Changes device state: `NO_PERMISSION`, as for a non-root client (the fake changes nothing).
+/// Needs the MIG configuration capability: `NO_PERMISSION`, as for a non-root client.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
     device: nvmlDevice_t,

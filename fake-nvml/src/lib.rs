@@ -7,20 +7,50 @@
 //! `libnvidia-ml.so.1` (its SONAME).
 //!
 //! ## What is served
-//! Init/shutdown (reference-counted), error strings, driver/NVML/CUDA versions, process
-//! names, device enumeration (by index, UUID — `GPU-…` and `MIG-…` — and PCI bus ID),
-//! identity (name, UUID, serial, PCI info v1/v2/v3, brand, architecture, VBIOS, minor),
-//! InfoROM versions, device attributes (MIG slices and memory), memory (v1 and v2), utilisation, encoder/decoder, power, energy, power limits, GPU
-//! temperature, clocks, clock-event (throttle) reasons, violation times, PCIe replays
-//! and throughput, ECC totals, retired pages, remapped rows, field values (ECC totals,
-//! retired pages, NVLink error totals and data throughput with `scopeId`, violation
-//! policies, memory temperature, energy, remapped rows), running compute processes
-//! (v1, v2, v3) and per-process SM utilisation, MIG (mode, instance handles, parent,
-//! GPU/compute-instance IDs, instance profiles), XID events and GPM metrics.
-//! The exact list is in `sigcheck.rs`, which also proves at compile time that every
-//! export has the signature `nvml-wrapper-sys` expects. Anything else is not exported,
-//! so a client sees "function not found" rather than a silent stub.
+//! Every function nvidia-ml-py (13.615.71) and nvml-wrapper-sys (0.10) bind — 428
+//! symbols — each answered as a bare-metal H100 SXM with the scenario's driver would:
+//! - From the model: init/shutdown (reference-counted), error strings, driver/NVML/CUDA
+//!   versions and driver branch, process names, device enumeration (by index, UUID —
+//!   `GPU-…` and `MIG-…`, as a string or an `nvmlUUID_t` —, serial and PCI bus ID), identity (name, UUID, serial, PCI
+//!   info v1/v2/v3/ext, brand, architecture, VBIOS, minor number, board part number and
+//!   ID, module ID), InfoROM, device attributes, memory (v1, v2), BAR1, utilisation,
+//!   dynamic P-state domains, samples (`GetSamples`), encoder/decoder (and JPEG/OFA,
+//!   idle), power, energy,
+//!   power limits and their range, temperature (`GetTemperature`, `GetTemperatureV`,
+//!   thresholds, margin), clocks of every type (graphics, SM, memory, video) and ID
+//!   (current, applications target/default, customer boost), supported clocks,
+//!   performance state, clock-event reasons, violation times, PCIe link generation,
+//!   width and speed, replays and throughput, NUMA node and topology (two-socket HGX),
+//!   P2P status, NVLink (state, version, capabilities, remote NVSwitch PCI info and
+//!   device type, per-link error counters, fabric state on Hopper HGX boards), ECC modes and totals, memory error
+//!   counters, retired pages, remapped rows, field values (ECC, retired pages, NVLink
+//!   link count, state, version, error totals and throughput with `scopeId`, violation
+//!   policies, temperatures and thresholds, power, energy, PCIe replays, remapped rows),
+//!   running processes — compute (v1, v2, v3), graphics and MPS (v1, v2, v3; none, the
+//!   model runs compute work only), `GetRunningProcessDetailList` — and per-process
+//!   utilisation (plain and `GetProcessesUtilizationInfo`), MIG (mode, device handles,
+//!   parent, GPU/compute-instance IDs, instance profiles), XID events and GPM metrics.
+//! - Fixed board facts (`gpu_sim::models::BoardFacts`): persistence mode on, compute
+//!   mode default, display off, GSP firmware on (its version is the driver's),
+//!   confidential computing off, accounting off, no encoder/FBC sessions, no fans
+//!   (`GetNumFans` is 0; every fan getter is `NOT_SUPPORTED`), no S-class units, no
+//!   excluded GPUs, no virtualisation.
+//! - `NOT_SUPPORTED`: vGPU queries on a device (no vGPU host driver), Windows-only,
+//!   Blackwell-only and deprecated queries (`unsupported.rs`, `vgpu.rs`); also, where a
+//!   real H100 answers but the model has no data, CPU/memory affinity, IRQ, SRAM ECC,
+//!   row-remapper histogram, clock monitor and the clock/performance-mode strings.
+//! - `NO_PERMISSION`: every call that changes device or driver state (`setters.rs`),
+//!   and enumerating or creating GPU/compute instances (`instances.rs`), as the driver
+//!   answers a non-root client; the fake changes no state.
+//! - `INVALID_ARGUMENT`: calls on handles this node never hands out (units, vGPU
+//!   instances and types, GPU/compute instances).
 //!
+//! The exact list is in `sigcheck.rs`, which also proves at compile time that every
+//! export has the signature `nvml-wrapper-sys` expects; the 32 exports nvml-wrapper-sys
+//! does not bind (newer ones such as `nvmlEventSetWait_v3`) are listed there separately
+//! with their signatures from `nvml.h`. Anything else is not exported, so a client sees
+//! "function not found" rather than a silent stub.
+
 //! ## Environment
 //! - `GPU_SIM_SCENARIO`: a scenario file (TOML, or JSON by extension) or
 //!   `builtin:NAME`; default `builtin:default`. Read by the first `nvmlInit*` (and again
@@ -46,7 +76,7 @@
 //!   instances returns `NVML_ERROR_GPU_IS_LOST`; other GPUs keep working.
 //! - A capability listed in a GPU's `unsupported` makes the matching calls (and field
 //!   IDs) return `NVML_ERROR_NOT_SUPPORTED`.
-//! - MIG handles answer name, UUID, brand, architecture, memory, processes, MIG
+//! - MIG handles answer name, UUID, brand, architecture, memory, BAR1, processes, MIG
 //!   queries, events and GPM for the instance; whole-GPU queries on them return
 //!   `NOT_SUPPORTED`, as does utilisation on a MIG-enabled GPU.
 //! - Unknown handles are `INVALID_ARGUMENT`; calls before init are `UNINITIALIZED`;
@@ -59,8 +89,9 @@
 //! Each XID of the scenario is delivered once per event set (XID type, code, GI/CI IDs
 //! or `0xFFFFFFFF`, device handle), in time order, as soon as scenario time reaches it —
 //! including XIDs whose time had passed before the set was created. With nothing due,
-//! `nvmlEventSetWait*` blocks for the whole timeout, polling every 20 ms, and returns
-//! `NVML_ERROR_TIMEOUT`.
+//! `nvmlEventSetWait*` blocks like the driver: it sleeps on a condition variable until
+//! the wall-clock instant of the set's next XID (never, with scenario time frozen) or
+//! the timeout, woken early by registrations, and returns `NVML_ERROR_TIMEOUT`.
 
 #![allow(non_snake_case)]
 // Patterns match bindgen constants such as `nvmlClockType_enum_NVML_CLOCK_SM`.

@@ -186,6 +186,34 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
     })
 }
 
+/// Fill a `nvmlGpuInstanceProfileInfo_v2_t` (whose version word must be
+/// `nvmlGpuInstanceProfileInfo_v2`) for the profile with this ID.
+fn profile_info_v2(
+    d: &Dev,
+    profile_id: c_uint,
+    io: InOut<nvmlGpuInstanceProfileInfo_v2_t>,
+) -> Result<(), nvmlReturn_t> {
+    let v = io.get()?;
+    if v.version != struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2) {
+        return Err(ARGUMENT_VERSION_MISMATCH);
+    }
+    let p = profile(d, profile_id)?;
+    let i = profile_info(d, p);
+    v.id = i.id;
+    v.isP2pSupported = i.isP2pSupported;
+    v.sliceCount = i.sliceCount;
+    v.instanceCount = i.instanceCount;
+    v.multiprocessorCount = i.multiprocessorCount;
+    v.copyEngineCount = i.copyEngineCount;
+    v.decoderCount = i.decoderCount;
+    v.encoderCount = i.encoderCount;
+    v.jpegCount = i.jpegCount;
+    v.ofaCount = i.ofaCount;
+    v.memorySizeMB = i.memorySizeMB;
+    put_array_str(&mut v.name, &format!("MIG {}", p.name));
+    Ok(())
+}
+
 /// The version word must be `nvmlGpuInstanceProfileInfo_v2`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
@@ -196,27 +224,21 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoV");
     // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
     let io = unsafe { InOut::new(info) };
-    device_call(device, |d| {
-        let v = io.get()?;
-        if v.version != struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2) {
-            return Err(ARGUMENT_VERSION_MISMATCH);
-        }
-        let p = profile(d, profile_id)?;
-        let i = profile_info(d, p);
-        v.id = i.id;
-        v.isP2pSupported = i.isP2pSupported;
-        v.sliceCount = i.sliceCount;
-        v.instanceCount = i.instanceCount;
-        v.multiprocessorCount = i.multiprocessorCount;
-        v.copyEngineCount = i.copyEngineCount;
-        v.decoderCount = i.decoderCount;
-        v.encoderCount = i.encoderCount;
-        v.jpegCount = i.jpegCount;
-        v.ofaCount = i.ofaCount;
-        v.memorySizeMB = i.memorySizeMB;
-        put_array_str(&mut v.name, &format!("MIG {}", p.name));
-        Ok(())
-    })
+    device_call(device, |d| profile_info_v2(d, profile_id, io))
+}
+
+/// By profile ID: the fake's profile IDs are the `NVML_GPU_INSTANCE_PROFILE_*` values,
+/// so this answers as `nvmlDeviceGetGpuInstanceProfileInfoV`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
+    device: nvmlDevice_t,
+    profileId: c_uint,
+    info: *mut nvmlGpuInstanceProfileInfo_v2_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoByIdV");
+    // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
+    let io = unsafe { InOut::new(info) };
+    device_call(device, |d| profile_info_v2(d, profileId, io))
 }
 
 /// Attributes of a device: for a MIG instance, its profile's slices, SMs and memory

@@ -1,15 +1,18 @@
 //! NVLink: per-link state, version, capabilities, remote end and error counters. The
-//! links of an HGX board end at its NVSwitches, spread evenly over them.
+//! links of an HGX board end at its NVSwitches (the model's `nvswitches`), spread
+//! evenly over them.
 
-use crate::ffi::{INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str};
+use crate::ffi::{
+    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str,
+    struct_version,
+};
 use crate::state::{Dev, device_call};
 use gpu_sim::Capability;
 use gpu_sim::models::BoardFacts;
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::{c_uint, c_ulonglong};
 
-/// NVSwitches on an HGX H100 baseboard, their PCI device ID and first bus number.
-pub const NVSWITCHES: u32 = 4;
+/// PCI device ID and first bus number of the baseboard's NVSwitches.
 pub const NVSWITCH_PCI_DEVICE_ID: u32 = 0x22A3_10DE;
 pub const NVSWITCH_FIRST_BUS: u32 = 0x05;
 
@@ -41,8 +44,8 @@ fn capability_of(capability: nvmlNvLinkCapability_t) -> Result<c_uint, Ret> {
 
 /// PCI identity of the NVSwitch at the far end of `link`.
 fn remote_pci(d: &Dev, link: c_uint) -> Result<nvmlPciInfo_t, Ret> {
-    link_of(d, link)?;
-    let switch = link * NVSWITCHES / d.gpu.model.nvlink_links;
+    let board = link_of(d, link)?;
+    let switch = link * board.nvswitches.max(1) / d.gpu.model.nvlink_links;
     let bus = NVSWITCH_FIRST_BUS + switch;
     let mut p = nvmlPciInfo_t {
         busIdLegacy: [0; 16],
@@ -59,7 +62,7 @@ fn remote_pci(d: &Dev, link: c_uint) -> Result<nvmlPciInfo_t, Ret> {
 }
 
 /// One link's share of an all-link total: the first `total % links` links take one more.
-pub(crate) fn link_share(total: u64, links: u32, link: u32) -> u64 {
+fn link_share(total: u64, links: u32, link: u32) -> u64 {
     let links = u64::from(links.max(1));
     total / links + u64::from(u64::from(link) < total % links)
 }
@@ -191,4 +194,92 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkVersion(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(version) };
     device_call(device, |d| out.set(link_of(d, link)?.nvlink_version))
+}
+
+/// The NVLink fabric of a Hopper HGX board (NVSwitches managed by the fabric manager):
+/// registration completed, healthy. Other boards are `NOT_SUPPORTED`.
+fn fabric(d: &Dev) -> Result<nvmlGpuFabricInfo_t, Ret> {
+    d.whole_gpu()?;
+    d.require(Capability::Nvlink)?;
+    if d.gpu.model.nvlink_links == 0 || d.gpu.model.architecture < HOPPER {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(nvmlGpuFabricInfo_t {
+        clusterUuid: [0; 16],
+        status: nvmlReturn_enum_NVML_SUCCESS,
+        cliqueId: 0,
+        state: NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t,
+    })
+}
+
+/// `nvmlDeviceArchitecture_t` of Hopper.
+const HOPPER: u32 = 9;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
+    device: nvmlDevice_t,
+    gpuFabricInfo: *mut nvmlGpuFabricInfo_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuFabricInfo");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(gpuFabricInfo) };
+    device_call(device, |d| {
+        let f = fabric(d)?;
+        // SAFETY: a plain C struct, for which all-zero bytes are valid.
+        unsafe { out.set_zeroed(|v| *v = f) }
+    })
+}
+
+/// Versions 2 and 3 of the struct (v2 is v3 without `healthSummary`); the health mask
+/// reports no degraded bandwidth or route recovery support, the summary 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    device: nvmlDevice_t,
+    gpuFabricInfo: *mut nvmlGpuFabricInfoV_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuFabricInfoV");
+    // SAFETY: NVML contract: `gpuFabricInfo` is null or valid for the struct version its
+    // version word names; v2 is a prefix of v3, so only the version word is read first.
+    let version = unsafe { gpuFabricInfo.cast::<c_uint>().as_ref().copied() };
+    device_call(device, |d| {
+        let version = version.ok_or(INVALID_ARGUMENT)?;
+        let v3 = version == struct_version::<nvmlGpuFabricInfo_v3_t>(3);
+        if !v3 && version != struct_version::<nvmlGpuFabricInfo_v2_t>(2) {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        let f = fabric(d)?;
+        // SAFETY: the caller's struct is at least a v2 (its version word says so), a
+        // plain C struct for which all-zero bytes are valid.
+        unsafe {
+            Out::new(gpuFabricInfo.cast::<nvmlGpuFabricInfo_v2_t>()).set_zeroed(|v| {
+                v.version = version;
+                v.clusterUuid = f.clusterUuid;
+                v.status = f.status;
+                v.cliqueId = f.cliqueId;
+                v.state = f.state;
+            })
+        }?;
+        if v3 {
+            // SAFETY: the version word says the caller's struct is a v3.
+            let full = unsafe { crate::ffi::InOut::new(gpuFabricInfo) }.get()?;
+            full.healthSummary = 0;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_share;
+
+    #[test]
+    fn link_shares_add_up_to_the_total() {
+        for total in [0, 1, 17, 18, 19, 1_000_003] {
+            let sum: u64 = (0..18).map(|l| link_share(total, 18, l)).sum();
+            assert_eq!(sum, total);
+            let max = (0..18).map(|l| link_share(total, 18, l)).max().unwrap();
+            let min = (0..18).map(|l| link_share(total, 18, l)).min().unwrap();
+            assert!(max - min <= 1, "uneven split of {total}");
+        }
+    }
 }

@@ -244,7 +244,9 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
     })
 }
 
-/// The other GPUs whose common ancestor with this one is at `level` or closer.
+/// The other GPUs whose common ancestor with this one is at `level` or closer. This call
+/// has its own protocol: with `*count` zero it reports the number and succeeds; with a
+/// non-zero `*count` it fills up to that many handles.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetTopologyNearestGpus(
     device: nvmlDevice_t,
@@ -259,8 +261,22 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyNearestGpus(
             .filter(|&g| g != d.index && common_ancestor(d.sim, d.index, g) <= level)
             .map(|g| handle(g, None))
             .collect();
-        // SAFETY: NVML contract: `count` is valid and `deviceArray` is null or holds `*count` entries.
-        unsafe { fill_list(count, deviceArray, &list) }
+        // SAFETY: NVML contract: `count` is null or valid for reading and writing.
+        let count = unsafe { InOut::new(count) }.get()?;
+        if *count == 0 {
+            *count = list.len() as c_uint;
+            return Ok(());
+        }
+        if deviceArray.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let n = (*count as usize).min(list.len());
+        let mut filled = n as c_uint;
+        // SAFETY: NVML contract: with a non-zero `*count`, `deviceArray` holds `*count`
+        // (>= n) entries, and it is not null.
+        unsafe { fill_list(&mut filled, deviceArray, &list[..n]) }?;
+        *count = filled;
+        Ok(())
     })
 }
 

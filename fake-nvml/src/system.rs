@@ -137,6 +137,20 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     unsafe { nvmlDeviceGetHandleByIndex_v2(index, device) }
 }
 
+/// The handle of the GPU or MIG device with this UUID (ASCII case-insensitive).
+fn by_uuid(sim: &state::Sim, uuid: &str) -> Option<nvmlDevice_t> {
+    sim.node.gpus.iter().enumerate().find_map(|(i, g)| {
+        if g.uuid.eq_ignore_ascii_case(uuid) {
+            return Some(handle(i as u32, None));
+        }
+        let m = g
+            .mig
+            .iter()
+            .position(|m| m.uuid.eq_ignore_ascii_case(uuid))?;
+        Some(handle(i as u32, Some(m)))
+    })
+}
+
 /// Accepts `GPU-…` and `MIG-…` UUIDs (ASCII case-insensitive).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
@@ -150,17 +164,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     let out = unsafe { Out::new(device) };
     system_call(|sim, _| {
         let uuid = uuid.ok_or(INVALID_ARGUMENT)?;
-        let found = sim.node.gpus.iter().enumerate().find_map(|(i, g)| {
-            if g.uuid.eq_ignore_ascii_case(uuid) {
-                return Some(handle(i as u32, None));
-            }
-            let m = g
-                .mig
-                .iter()
-                .position(|m| m.uuid.eq_ignore_ascii_case(uuid))?;
-            Some(handle(i as u32, Some(m)))
-        });
-        out.set(found.ok_or(NOT_FOUND)?)
+        out.set(by_uuid(sim, uuid).ok_or(NOT_FOUND)?)
     })
 }
 
@@ -232,14 +236,11 @@ pub unsafe extern "C" fn nvmlGetExcludedDeviceCount(deviceCount: *mut c_uint) ->
 /// No GPU is excluded, so every index is out of range.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGetExcludedDeviceInfoByIndex(
-    index: c_uint,
-    info: *mut nvmlExcludedDeviceInfo_t,
+    _index: c_uint,
+    _info: *mut nvmlExcludedDeviceInfo_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlGetExcludedDeviceInfoByIndex");
-    system_call(|_, _| {
-        let _ = (index, info);
-        Err(INVALID_ARGUMENT)
-    })
+    system_call(|_, _| Err(INVALID_ARGUMENT))
 }
 
 /// The CPU has no confidential-computing support; the GPUs (Hopper) are capable.
@@ -345,5 +346,52 @@ pub unsafe extern "C" fn nvmlSystemGetHicVersion(
     system_call(|_, _| {
         // SAFETY: NVML contract: `hwbcCount` is valid and `hwbcEntries` is null or holds `*hwbcCount` entries.
         unsafe { fill_list::<nvmlHwbcEntry_t>(hwbcCount, hwbcEntries, &[]) }
+    })
+}
+
+/// ASCII (`GPU-…`, `MIG-…`) and binary (16 bytes of a GPU UUID) forms; the version word
+/// must be `nvmlUUID_v1`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUIDV(
+    uuid: *const nvmlUUID_t,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetHandleByUUIDV");
+    // SAFETY: NVML contract: `uuid` is null or points to an initialised struct.
+    let wanted = unsafe { uuid.as_ref() };
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(device) };
+    system_call(|sim, _| {
+        let wanted = wanted.ok_or(INVALID_ARGUMENT)?;
+        if wanted.version != struct_version::<nvmlUUID_t>(1) {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        let text = match wanted.type_ {
+            nvmlUUIDType_t_NVML_UUID_TYPE_ASCII => {
+                // SAFETY: the caller set the ASCII member, as its type says.
+                let s = unsafe { wanted.value.str_ };
+                let bytes: Vec<u8> = s
+                    .iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect();
+                String::from_utf8(bytes).map_err(|_| INVALID_ARGUMENT)?
+            }
+            nvmlUUIDType_t_NVML_UUID_TYPE_BINARY => {
+                // SAFETY: the caller set the binary member, as its type says.
+                let b = unsafe { wanted.value.bytes };
+                let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                format!(
+                    "GPU-{}-{}-{}-{}-{}",
+                    &hex[..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..]
+                )
+            }
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        out.set(by_uuid(sim, &text).ok_or(NOT_FOUND)?)
     })
 }

@@ -1,6 +1,7 @@
 //! Queries a bare-metal H100 SXM answers with `NOT_SUPPORTED` (fans on a fanless board,
-//! Windows-only, Blackwell-only, deprecated NVLink utilisation counters, …), and the
-//! shared answers the topic modules use for objects that do not exist on this node.
+//! Windows-only, Blackwell-only, deprecated NVLink utilisation counters, …), a few the
+//! model has no data for (CPU affinity, IRQ, SRAM ECC, …: documented one by one), and
+//! the shared answers the topic modules use for objects that do not exist on this node.
 
 use crate::ffi::{INVALID_ARGUMENT, NO_PERMISSION, NOT_SUPPORTED, Ret};
 use crate::state::{device_call, system_call};
@@ -41,16 +42,6 @@ pub unsafe extern "C" fn nvmlDeviceFreezeNvLinkUtilizationCounter(
     _freeze: nvmlEnableState_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceFreezeNvLinkUtilizationCounter");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(
-    device: nvmlDevice_t,
-    _data: *mut c_void,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetAccountingStats_v2");
     device_unsupported(device)
 }
 
@@ -145,7 +136,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCapabilities(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no clock monitor faults): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetClkMonStatus(
     device: nvmlDevice_t,
@@ -195,7 +187,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCoolerInfo(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
     device: nvmlDevice_t,
@@ -206,7 +199,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCpuAffinityWithinScope(
     device: nvmlDevice_t,
@@ -218,7 +212,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCpuAffinityWithinScope(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no the clock-frequency string): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCurrentClockFreqs(
     device: nvmlDevice_t,
@@ -338,26 +333,6 @@ pub unsafe extern "C" fn nvmlDeviceGetGpcClkVfOffset(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
-    device: nvmlDevice_t,
-    _gpuFabricInfo: *mut nvmlGpuFabricInfo_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpuFabricInfo");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
-    device: nvmlDevice_t,
-    _gpuFabricInfo: *mut nvmlGpuFabricInfoV_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpuFabricInfoV");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo_v4(
     device: nvmlDevice_t,
     _data: *mut c_void,
@@ -379,16 +354,6 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuOperationMode(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUIDV(
-    _uuid: *const nvmlUUID_t,
-    _device: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetHandleByUUIDV");
-    system_unsupported()
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetHostname_v1(
     device: nvmlDevice_t,
     _data: *mut c_void,
@@ -397,7 +362,8 @@ pub unsafe extern "C" fn nvmlDeviceGetHostname_v1(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no interrupt lines): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetIrqNum(
     device: nvmlDevice_t,
@@ -439,7 +405,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemClkVfOffset(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
     device: nvmlDevice_t,
@@ -547,7 +514,8 @@ pub unsafe extern "C" fn nvmlDeviceGetPdi(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no the performance-mode string): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPerformanceModes(
     device: nvmlDevice_t,
@@ -607,7 +575,8 @@ pub unsafe extern "C" fn nvmlDeviceGetRepairStatus(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no per-bank remapping): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetRowRemapperHistogram(
     device: nvmlDevice_t,
@@ -617,21 +586,8 @@ pub unsafe extern "C" fn nvmlDeviceGetRowRemapperHistogram(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetSamples(
-    device: nvmlDevice_t,
-    _type_: nvmlSamplingType_t,
-    _lastSeenTimeStamp: c_ulonglong,
-    _sampleValType: *mut nvmlValueType_t,
-    _sampleCount: *mut c_uint,
-    _samples: *mut nvmlSample_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetSamples");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no SRAM ECC thresholds): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetSramEccErrorStatus(
     device: nvmlDevice_t,
@@ -641,7 +597,8 @@ pub unsafe extern "C" fn nvmlDeviceGetSramEccErrorStatus(
     device_unsupported(device)
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no SRAM ECC errors): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
     device: nvmlDevice_t,
@@ -859,7 +816,8 @@ pub unsafe extern "C" fn nvmlSystemGetNvlinkBwMode(_nvlinkBwMode: *mut c_uint) -
     system_unsupported()
 }
 
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
+/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
+/// answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetTopologyGpuSet(
     _cpuNumber: c_uint,

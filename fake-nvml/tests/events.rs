@@ -143,3 +143,75 @@ fn non_mig_xids_carry_no_instance_ids_and_unsupported_types_are_refused() {
         (u32::MAX, u32::MAX)
     );
 }
+
+/// A wait blocks on a condition variable until the set's next XID; a registration made
+/// while it waits (here: GPU 1, whose XID is already due) wakes it at once instead of
+/// leaving it asleep until its timeout.
+/// The shared library handle alone.
+fn shared_nvml() -> &'static Nvml {
+    &nvml().0
+}
+
+#[test]
+fn a_registration_during_a_wait_wakes_it() {
+    let lib = shared_nvml().lib();
+    let mut set: nvmlEventSet_t = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    assert_eq!(unsafe { lib.nvmlEventSetCreate(&mut set) }, 0);
+    let set_addr = set as usize;
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        // "/proc/thread-self" links to "PID/task/TID".
+        let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+        tid_tx.send(me).unwrap();
+        // SAFETY: a plain C struct, for which all-zero bytes are a valid value.
+        let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
+        let start = Instant::now();
+        // SAFETY: a live event set (freed only after this thread is joined) and a valid
+        // out-struct.
+        let rc = unsafe {
+            nvml()
+                .0
+                .lib()
+                .nvmlEventSetWait_v2(set_addr as nvmlEventSet_t, &mut data, 10_000)
+        };
+        (rc, data.eventData, start.elapsed())
+    });
+    // Register only once the waiter sleeps in the wait on the empty set: state `S` in
+    // its /proc stat, held for 100 ms (a lock taken on the way in is held for
+    // microseconds), so the registration must wake it.
+    let task = std::path::Path::new("/proc").join(tid_rx.recv().unwrap());
+    let sleeping = || {
+        std::fs::read_to_string(task.join("stat"))
+            .unwrap_or_default()
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('S'))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut asleep_since = None;
+    while asleep_since.is_none_or(|s: Instant| s.elapsed() < Duration::from_millis(100)) {
+        assert!(Instant::now() < deadline, "the waiter never blocked");
+        asleep_since = if sleeping() {
+            asleep_since.or(Some(Instant::now()))
+        } else {
+            None
+        };
+        std::thread::yield_now();
+    }
+    let gpu = shared_nvml().device_by_index(1).unwrap();
+    // SAFETY: a live device handle and event set.
+    let rc = unsafe {
+        lib.nvmlDeviceRegisterEvents(gpu.handle(), u64::from(nvmlEventTypeXidCriticalError), set)
+    };
+    assert_eq!(rc, 0);
+    let (rc, code, waited) = waiter.join().unwrap();
+    assert_eq!(rc, 0, "the wait should deliver GPU 1's XID");
+    assert_eq!(code, model().xids_between(-1.0, 0.0)[0].code);
+    assert!(
+        waited < Duration::from_secs(5),
+        "the registration did not wake the wait: {waited:?}"
+    );
+    // SAFETY: the set is live and no longer waited on.
+    assert_eq!(unsafe { lib.nvmlEventSetFree(set) }, 0);
+}

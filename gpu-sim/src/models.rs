@@ -53,6 +53,8 @@ pub struct BoardFacts {
     pub pcie_width: u32,
     /// NVLink version as `nvmlNvlinkVersion_t` (6 = NVLink 4.0, 4 = 3.0).
     pub nvlink_version: u32,
+    /// NVSwitches on the baseboard the links spread over (HGX H100: 4, HGX A100: 6).
+    pub nvswitches: u32,
     /// Temperature thresholds, °C: shutdown, slowdown, GPU and memory max operating.
     pub shutdown_temp_c: u32,
     pub slowdown_temp_c: u32,
@@ -191,6 +193,7 @@ pub const MODELS: &[ModelProfile] = &[
             pcie_generation: 5,
             pcie_width: 16,
             nvlink_version: 6,
+            nvswitches: 4,
             shutdown_temp_c: 92,
             slowdown_temp_c: 89,
             gpu_max_operating_temp_c: 87,
@@ -224,6 +227,7 @@ pub const MODELS: &[ModelProfile] = &[
             pcie_generation: 5,
             pcie_width: 16,
             nvlink_version: 6,
+            nvswitches: 4,
             shutdown_temp_c: 92,
             slowdown_temp_c: 89,
             gpu_max_operating_temp_c: 87,
@@ -257,6 +261,7 @@ pub const MODELS: &[ModelProfile] = &[
             pcie_generation: 4,
             pcie_width: 16,
             nvlink_version: 4,
+            nvswitches: 6,
             shutdown_temp_c: 92,
             slowdown_temp_c: 89,
             gpu_max_operating_temp_c: 85,
@@ -290,6 +295,7 @@ pub const MODELS: &[ModelProfile] = &[
             pcie_generation: 4,
             pcie_width: 16,
             nvlink_version: 0,
+            nvswitches: 0,
             shutdown_temp_c: 96,
             slowdown_temp_c: 93,
             gpu_max_operating_temp_c: 90,

@@ -16,12 +16,13 @@ use std::time::{Instant, SystemTime};
 pub fn lib_path() -> PathBuf {
     const NAME: &str = "libnvidia_ml.so";
     // `cargo build` puts the cdylib in target/<profile>; plain `cargo test` leaves it in
-    // target/<profile>/deps, beside this test binary.
+    // target/<profile>/deps, beside this test binary, without updating the first: so
+    // deps first, or a test could load a stale library and pass against old code.
     if let Some(deps) = std::env::current_exe()
         .ok()
         .and_then(|exe| Some(exe.parent()?.to_path_buf()))
     {
-        for dir in [deps.parent().map(Path::to_path_buf), Some(deps)]
+        for dir in [Some(deps.clone()), deps.parent().map(Path::to_path_buf)]
             .into_iter()
             .flatten()
         {

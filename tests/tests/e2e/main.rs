@@ -18,6 +18,7 @@ mod helm;
 mod images;
 mod layering;
 mod nvml_backend;
+mod nvml_breadth;
 mod nvml_fidelity;
 mod peers;
 mod prometheus;

@@ -128,14 +128,14 @@ fn fake_lib() -> PathBuf {
 
 /// A fresh directory under the target dir holding `libnvidia-ml.so.1` → the fake library,
 /// for `LD_LIBRARY_PATH`.
-fn lib_dir() -> PathBuf {
+pub(crate) fn lib_dir() -> PathBuf {
     let dir = scratch_dir("fake-nvml-lib");
     std::os::unix::fs::symlink(fake_lib(), dir.join("libnvidia-ml.so.1"))
         .expect("symlink libnvidia-ml.so.1");
     dir
 }
 
-fn ld_library_path(dir: &Path) -> String {
+pub(crate) fn ld_library_path(dir: &Path) -> String {
     match std::env::var("LD_LIBRARY_PATH") {
         Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
         _ => dir.display().to_string(),
@@ -147,7 +147,7 @@ fn scenario() -> String {
 }
 
 /// Fail (never skip) when python3 or pynvml is missing.
-fn require_pynvml() {
+pub(crate) fn require_pynvml() {
     let out = Command::new("python3")
         .args(["-c", "import pynvml"])
         .output()
