@@ -16,7 +16,8 @@ use e2e_tests::{
     Process, fake_nvml, free_port, scratch_dir, series_values, target_profile_dir, try_get,
     wait_for, workspace,
 };
-use gpu_sim::{GpuReading, ModelProfile, Scenario, SimNode};
+use gpu_sim::models::ModelProfile;
+use gpu_sim::{GpuReading, Scenario, SimNode};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
