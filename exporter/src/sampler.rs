@@ -347,10 +347,13 @@ impl Sampler {
         let started = Instant::now();
         self.samples_total += 1;
         self.attribution_time = Duration::ZERO;
-        if self.devices.is_none() && started >= self.next_discovery {
-            if let Err(e) = self.discover() {
-                self.driver_down(&e.to_string());
-            }
+        let rediscover = match self.devices {
+            None => started >= self.next_discovery,
+            // A new MIG layout: a new inventory, right away.
+            Some(_) => self.source.layout_changed(),
+        };
+        if rediscover && let Err(e) = self.discover() {
+            self.driver_down(&e.to_string());
         }
         let reached = self.devices.is_some()
             && match self.read_all() {
@@ -518,6 +521,7 @@ impl Sampler {
                 );
             }
         }
+        self.source.end_cycle();
         Ok(())
     }
 

@@ -149,6 +149,15 @@ pub trait GpuSource: Send {
     /// Processes running on one entity.
     fn processes(&mut self, entity: usize) -> Result<Vec<ProcessSample>, ReadError>;
 
+    /// Whether the devices changed shape since discovery (a MIG reconfiguration), so
+    /// the sampler must discover again. Called once per cycle; cheap.
+    fn layout_changed(&mut self) -> bool {
+        false
+    }
+
+    /// The cycle's reads are done (caches keyed on what a cycle saw may be pruned).
+    fn end_cycle(&mut self) {}
+
     /// XIDs reported since the last call, each exactly once.
     fn xid_events(&mut self) -> Vec<XidEvent>;
 }

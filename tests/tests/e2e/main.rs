@@ -19,6 +19,7 @@ mod images;
 mod layering;
 mod nvml_backend;
 mod nvml_breadth;
+mod nvml_calls;
 mod nvml_fidelity;
 mod peers;
 mod prometheus;

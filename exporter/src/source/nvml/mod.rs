@@ -1,10 +1,16 @@
 //! The NVML source, through `nvml-wrapper`, with raw calls where it has gaps ([`raw`]).
 //!
 //! - The library is loaded and initialised once per process and kept (nvml-wrapper
-//!   never unloads it either); device handles are fetched per read, so rediscovery after
-//!   a driver failure needs no handle fix-up.
-//! - GPM ratios need two samples: each entity keeps its previous sample, so the first
-//!   cycle has none and every later cycle reports the interval since the last one.
+//!   never unloads it either).
+//! - Nothing static is read twice: device and MIG handles, identities, labels and the
+//!   MIG layout are read at discovery and kept until the next one. Rediscovery after a
+//!   driver failure re-initialises NVML and drops every cache first; a MIG layout
+//!   change is found as [`NvmlSource::layout_changed`] describes.
+//! - GPM ratios need two samples: each entity allocates two once and swaps them every
+//!   cycle, so the first cycle has no value and every later one reports the interval
+//!   since the last.
+//! - Process lists are read in one call into buffers kept across cycles, and process
+//!   names once per pid ([`ProcessNames`]).
 //! - XIDs arrive on their own thread ([`events`]).
 
 mod events;
@@ -15,46 +21,73 @@ use crate::catalog::{LabelField, Quantity};
 use events::XidWatcher;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::device::Device;
-use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, InfoRom, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
-    TemperatureSensor,
-};
+use nvml_wrapper::enum_wrappers::device::{Clock, InfoRom, PcieUtilCounter, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::GpmSample;
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-/// NVML field IDs (`NVML_FI_DEV_*`) read through field values, with their scope.
-/// All are below 251, where the driver-580 renumbering does not apply.
+/// How often the MIG layout of MIG-capable GPUs is compared with the one discovered.
+///
+/// A layout changes only by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU
+/// operator's mig-manager), on a drained GPU, so finding it within a minute is enough.
+/// Checking costs about 100 calls on the big node (mode, then each slot's handle and
+/// instance IDs), against 36 or more per cycle to check every cycle; nothing cheaper
+/// tells: `nvmlDeviceGetMaxMigDeviceCount` is the maximum, not the count, and a new
+/// instance raises no error anywhere. A destroyed instance is found sooner: when every
+/// reading of a cached MIG handle fails, its instance IDs are read again at once.
+const MIG_LAYOUT_CHECK: Duration = Duration::from_secs(60);
+
+/// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
+/// cycle (as DCGM reads them), instead of one getter call each: ECC totals, retired
+/// pages, violation times, energy and the counters only fields expose. All IDs are
+/// below 251, where the driver-580 renumbering does not apply.
 mod field {
+    use crate::catalog::Quantity;
+    use nvml_wrapper_sys::bindings::field_id::*;
+
     /// `scopeId` meaning "all NVLink links".
     pub const ALL_LINKS: u32 = u32::MAX;
-    pub const MEMORY_TEMP: (u32, u32) = (82, 0);
-    pub const NVLINK_CRC_FLIT_TOTAL: (u32, u32) = (38, 0);
-    pub const NVLINK_CRC_DATA_TOTAL: (u32, u32) = (45, 0);
-    pub const NVLINK_REPLAY_TOTAL: (u32, u32) = (52, 0);
-    pub const NVLINK_RECOVERY_TOTAL: (u32, u32) = (59, 0);
-    pub const NVLINK_DATA_TX: (u32, u32) = (138, ALL_LINKS);
-    pub const NVLINK_DATA_RX: (u32, u32) = (139, ALL_LINKS);
-    pub const REMAPPED_COR: (u32, u32) = (142, 0);
-    pub const REMAPPED_UNC: (u32, u32) = (143, 0);
-    pub const REMAPPED_FAILURE: (u32, u32) = (145, 0);
 
-    pub const ALL: [(u32, u32); 10] = [
-        MEMORY_TEMP,
-        NVLINK_CRC_FLIT_TOTAL,
-        NVLINK_CRC_DATA_TOTAL,
-        NVLINK_REPLAY_TOTAL,
-        NVLINK_RECOVERY_TOTAL,
-        NVLINK_DATA_TX,
-        NVLINK_DATA_RX,
-        REMAPPED_COR,
-        REMAPPED_UNC,
-        REMAPPED_FAILURE,
-    ];
+    /// The (field ID, scope ID) requests that answer `q`: the sum of their values.
+    pub fn of(q: Quantity) -> &'static [(u32, u32)] {
+        use Quantity::*;
+        match q {
+            MemoryTemp => &[(NVML_FI_DEV_MEMORY_TEMP, 0)],
+            TotalEnergy => &[(NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 0)],
+            EccSbeVolatile => &[(NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0)],
+            EccDbeVolatile => &[(NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 0)],
+            EccSbeAggregate => &[(NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 0)],
+            EccDbeAggregate => &[(NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 0)],
+            RetiredSbe => &[(NVML_FI_DEV_RETIRED_SBE, 0)],
+            RetiredDbe => &[(NVML_FI_DEV_RETIRED_DBE, 0)],
+            RetiredPending => &[(NVML_FI_DEV_RETIRED_PENDING, 0)],
+            // The violation counters of `nvmlDeviceGetViolationStatus`, in ns.
+            PowerViolation => &[(NVML_FI_DEV_PERF_POLICY_POWER, 0)],
+            ThermalViolation => &[(NVML_FI_DEV_PERF_POLICY_THERMAL, 0)],
+            SyncBoostViolation => &[(NVML_FI_DEV_PERF_POLICY_SYNC_BOOST, 0)],
+            BoardLimitViolation => &[(NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT, 0)],
+            LowUtilViolation => &[(NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION, 0)],
+            ReliabilityViolation => &[(NVML_FI_DEV_PERF_POLICY_RELIABILITY, 0)],
+            NvlinkCrcFlitErrors => &[(NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0)],
+            NvlinkCrcDataErrors => &[(NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0)],
+            NvlinkReplayErrors => &[(NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0)],
+            NvlinkRecoveryErrors => &[(NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 0)],
+            NvlinkDataKib => &[
+                (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS),
+                (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS),
+            ],
+            RemappedCorrectable => &[(NVML_FI_DEV_REMAPPED_COR, 0)],
+            RemappedUncorrectable => &[(NVML_FI_DEV_REMAPPED_UNC, 0)],
+            RemapFailure => &[(NVML_FI_DEV_REMAPPED_FAILURE, 0)],
+            _ => &[],
+        }
+    }
 }
 
 /// GPM metrics the catalog serves, in the order [`gpm_index`] expects.
@@ -88,20 +121,127 @@ fn gpm_index(q: Quantity) -> Option<usize> {
     })
 }
 
-/// Where an entity lives: a GPU index and, for MIG, the MIG slot and GPU-instance ID.
+/// A device handle kept from discovery to the next discovery, as an address (so the
+/// source stays `Send`). Valid while NVML stays initialised: only `discover` shuts NVML
+/// down, and it drops every handle first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Handle(usize);
+
+impl Handle {
+    fn of(dev: &Device<'_>) -> Handle {
+        // SAFETY: the handle is only copied, as an identity and for later calls while
+        // this initialisation lasts.
+        Handle(unsafe { dev.handle() } as usize)
+    }
+
+    fn raw(self) -> nvmlDevice_t {
+        self.0 as nvmlDevice_t
+    }
+
+    fn device(self, nvml: &'static Nvml) -> Device<'static> {
+        // SAFETY: a handle of this NVML initialisation (see the type's doc).
+        unsafe { Device::new(self.raw(), nvml) }
+    }
+}
+
+/// Where an entity lives: a GPU index and, for MIG, the MIG slot and GPU-instance ID,
+/// with the handles read at discovery.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     index: u32,
     mig: Option<(u32, u32)>,
     /// A physical GPU in MIG mode: its processes are reported on its instances.
     mig_parent: bool,
+    /// The entity's handle (a MIG device handle for an instance); none for a GPU lost
+    /// at discovery.
+    handle: Option<Handle>,
+    /// The physical GPU's handle (the same as `handle` for a GPU).
+    parent: Option<Handle>,
+    /// The physical GPU's entity (the entity itself for a GPU).
+    parent_entity: usize,
+    /// A MIG instance's compute-instance ID.
+    compute_instance: u32,
+}
+
+/// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MigInstance {
+    slot: u32,
+    handle: Handle,
+    gpu_instance: u32,
+    compute_instance: u32,
+}
+
+/// The MIG layout of one MIG-capable GPU at discovery: empty when MIG is off.
+struct MigLayout {
+    index: u32,
+    gpu: Handle,
+    instances: Vec<MigInstance>,
+}
+
+/// Whether two MIG layouts have the same instances in the same slots. Handles are left
+/// out: a driver may hand out another address for the same instance.
+fn same_layout(a: &[MigInstance], b: &[MigInstance]) -> bool {
+    let ids = |i: &MigInstance| (i.slot, i.gpu_instance, i.compute_instance);
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ids(x) == ids(y))
 }
 
 /// GPM state of one entity.
 enum Gpm {
     Unknown,
     Unsupported,
-    Previous(Option<GpmSample<'static>>),
+    /// Two samples allocated once and reused: each cycle fills `current`, compares it
+    /// with `previous` (once `primed`), then the two swap. Freed when dropped, which
+    /// `discover` does before NVML is re-initialised.
+    Sampling {
+        previous: GpmSample<'static>,
+        current: GpmSample<'static>,
+        primed: bool,
+    },
+}
+
+/// Process names by pid, read once per pid. A pid stays only while some GPU lists it:
+/// one missing from every list in a cycle is dropped, so a reused pid (which needs the
+/// old process gone first) is read again, and the map never outgrows the processes
+/// running on GPUs.
+#[derive(Default)]
+struct ProcessNames {
+    /// pid → (name, the cycle it was last listed in).
+    by_pid: HashMap<u32, (String, u64)>,
+    cycle: u64,
+}
+
+impl ProcessNames {
+    /// The name of `pid`, from `read` only when the pid is new.
+    fn name(&mut self, pid: u32, read: impl FnOnce(u32) -> String) -> String {
+        let cycle = self.cycle;
+        // No name (a process that just exited, or no permission) is kept as empty too:
+        // asking again each cycle would not change the answer.
+        let entry = self.by_pid.entry(pid).or_insert_with(|| (read(pid), cycle));
+        entry.1 = cycle;
+        entry.0.clone()
+    }
+
+    fn end_cycle(&mut self) {
+        let cycle = self.cycle;
+        self.by_pid.retain(|_, (_, seen)| *seen == cycle);
+        self.cycle += 1;
+    }
+}
+
+/// Buffers and state for one entity's process reads, kept across cycles.
+#[derive(Default)]
+struct ProcessReads {
+    infos: Vec<nvmlProcessInfo_t>,
+    /// How many of `infos` the last list filled, and in which cycle (a GPU in MIG mode
+    /// lists every instance's processes once per cycle, for all of them).
+    listed: usize,
+    listed_in: Option<u64>,
+    samples: Vec<nvmlProcessUtilizationSample_t>,
+    /// Last process-utilisation timestamp seen (µs), for incremental reads.
+    seen: u64,
+    /// The entity has no per-process utilisation (MIG instances): not asked again.
+    no_utilization: bool,
 }
 
 pub struct NvmlSource {
@@ -109,8 +249,14 @@ pub struct NvmlSource {
     nvml: Option<&'static Nvml>,
     slots: Vec<Slot>,
     gpm: Vec<Gpm>,
-    /// Last process-utilisation timestamp seen per entity (µs), for incremental reads.
-    process_seen: Vec<u64>,
+    process_reads: Vec<ProcessReads>,
+    names: ProcessNames,
+    /// MIG-capable GPUs' layouts at discovery, and when they were last compared.
+    mig_layouts: Vec<MigLayout>,
+    layout_checked: Instant,
+    /// The MIG layout differs from the one discovered: rediscover, without
+    /// re-initialising NVML.
+    layout_stale: bool,
     /// Device handle address of each physical GPU → entity index, for events.
     event_devices: HashMap<usize, usize>,
     /// (GPU entity, GPU-instance ID) → MIG entity, for events.
@@ -126,7 +272,11 @@ impl NvmlSource {
             nvml: None,
             slots: Vec::new(),
             gpm: Vec::new(),
-            process_seen: Vec::new(),
+            process_reads: Vec::new(),
+            names: ProcessNames::default(),
+            mig_layouts: Vec::new(),
+            layout_checked: Instant::now(),
+            layout_stale: false,
             event_devices: HashMap::new(),
             event_migs: HashMap::new(),
             xids: None,
@@ -169,64 +319,171 @@ impl NvmlSource {
             .ok_or_else(|| ReadError::Unavailable("NVML is not initialised".into()))
     }
 
+    fn slot(&self, entity: usize) -> Result<Slot, ReadError> {
+        self.slots
+            .get(entity)
+            .copied()
+            .ok_or_else(|| ReadError::Failed(format!("no entity {entity}")))
+    }
+
+    /// The entity's handle from discovery (no NVML call).
     fn device(&self, entity: usize) -> Result<Device<'static>, ReadError> {
         let nvml = self.nvml()?;
-        let slot = self
-            .slots
-            .get(entity)
-            .ok_or_else(|| ReadError::Failed(format!("no entity {entity}")))?;
-        let dev = nvml.device_by_index(slot.index).map_err(map_err)?;
-        match slot.mig {
-            None => Ok(dev),
-            Some((j, _)) => dev.mig_device_by_index(j).map_err(map_err),
+        let handle = self.slot(entity)?.handle.ok_or(ReadError::GpuLost)?;
+        Ok(handle.device(nvml))
+    }
+
+    /// Drop everything tied to the current NVML initialisation and inventory: GPM
+    /// samples (freed here, while NVML can still free them), handles, buffers, names.
+    fn forget(&mut self) {
+        self.xids = None;
+        self.gpm.clear();
+        self.slots.clear();
+        self.process_reads.clear();
+        self.names = ProcessNames::default();
+        self.mig_layouts.clear();
+        self.event_devices.clear();
+        self.event_migs.clear();
+    }
+
+    /// A MIG entity whose every reading failed: if its handle no longer answers with
+    /// the instance IDs discovered, the layout has changed.
+    fn verify_mig_handle(&mut self, entity: usize) {
+        let (Ok(nvml), Ok(slot)) = (self.nvml(), self.slot(entity)) else {
+            return;
+        };
+        let (Some((_, gi)), Some(handle)) = (slot.mig, slot.handle) else {
+            return;
+        };
+        let same = raw::instance_ids(nvml, handle.raw()).is_ok_and(|(now, _)| now == gi);
+        if !same {
+            tracing::info!(
+                gpu = slot.index,
+                gpu_instance = gi,
+                "a MIG instance is gone; rediscovering"
+            );
+            self.layout_stale = true;
         }
     }
 
     /// GPM readings of one entity over the interval since its previous sample.
-    fn gpm_read(
-        &mut self,
-        entity: usize,
-        dev: &Device<'static>,
-    ) -> Result<Vec<Result<f64, ReadError>>, ReadError> {
+    fn gpm_read(&mut self, entity: usize) -> Result<Vec<Result<f64, ReadError>>, ReadError> {
         let nvml = self.nvml()?;
-        let slot = self.slots[entity];
-        if matches!(self.gpm[entity], Gpm::Unknown) {
+        let slot = self.slot(entity)?;
+        let parent = slot.parent.ok_or(ReadError::GpuLost)?;
+        let gpm = self
+            .gpm
+            .get_mut(entity)
+            .ok_or_else(|| ReadError::Failed(format!("no entity {entity}")))?;
+        if matches!(gpm, Gpm::Unknown) {
             // GPM support is a property of the physical GPU, also for its MIG instances.
-            let parent = nvml.device_by_index(slot.index).map_err(map_err)?;
-            self.gpm[entity] = match parent.gpm_support() {
-                Ok(true) => Gpm::Previous(None),
+            *gpm = match parent.device(nvml).gpm_support() {
+                Ok(true) => Gpm::Sampling {
+                    previous: raw::gpm_sample_alloc(nvml)?,
+                    current: raw::gpm_sample_alloc(nvml)?,
+                    primed: false,
+                },
                 Ok(false) | Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => {
                     Gpm::Unsupported
                 }
                 Err(e) => return Err(map_err(e)),
             };
         }
-        let Gpm::Previous(previous) = &mut self.gpm[entity] else {
+        let Gpm::Sampling {
+            previous,
+            current,
+            primed,
+        } = gpm
+        else {
             return Err(ReadError::NotSupported);
         };
-        let sample = match slot.mig {
-            None => dev.gpm_sample(),
-            Some((_, gi)) => nvml
-                .device_by_index(slot.index)
-                .and_then(|parent| parent.gpm_mig_sample(gi)),
+        let filled = match slot.mig {
+            None => raw::gpm_sample_get(nvml, parent.raw(), None, current),
+            Some((_, gi)) => raw::gpm_sample_get(nvml, parent.raw(), Some(gi), current),
+        };
+        if let Err(e) = filled {
+            // The next good sample opens a new interval.
+            *primed = false;
+            return Err(e);
         }
-        .map_err(map_err)?;
-        let Some(before) = previous.replace(sample) else {
+        let results = if *primed {
+            nvml_wrapper::gpm::gpm_metrics_get(nvml, previous, current, &GPM_METRICS)
+                .map_err(map_err)
+                .map(|results| {
+                    results
+                        .into_iter()
+                        .map(|r| r.map(|m| m.value).map_err(map_err))
+                        .collect()
+                })
+        } else {
             // The first sample only opens the interval.
-            return Ok(GPM_METRICS
+            Ok(GPM_METRICS
                 .iter()
                 .map(|_| Err(ReadError::NoValueYet))
-                .collect());
+                .collect())
         };
-        let after = previous
-            .as_ref()
-            .ok_or(ReadError::Failed("no GPM sample".into()))?;
-        let results = nvml_wrapper::gpm::gpm_metrics_get(nvml, &before, after, &GPM_METRICS)
-            .map_err(map_err)?;
-        Ok(results
-            .into_iter()
-            .map(|r| r.map(|m| m.value).map_err(map_err))
-            .collect())
+        std::mem::swap(previous, current);
+        *primed = true;
+        results
+    }
+
+    /// One `nvmlDeviceGetFieldValues` call for every field-read quantity among
+    /// `quantities`: one result per request of [`field::of`], in order.
+    fn field_values(
+        &self,
+        dev: &Device<'static>,
+        quantities: &[Quantity],
+    ) -> Vec<Result<Raw, ReadError>> {
+        let requests: Vec<(u32, u32)> = quantities
+            .iter()
+            .flat_map(|&q| field::of(q).iter().copied())
+            .collect();
+        if requests.is_empty() {
+            return Vec::new();
+        }
+        // SAFETY: `dev` is a live handle of this NVML instance.
+        let values = self
+            .nvml()
+            .and_then(|nvml| raw::field_values(nvml, unsafe { dev.handle() }, &requests));
+        match values {
+            Ok(v) => v,
+            Err(e) => requests.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+
+    /// The MIG instances of one GPU in MIG mode, slot by slot (empty slots skipped).
+    fn mig_instances(nvml: &Nvml, dev: &Device<'_>, index: u32) -> Vec<MigInstance> {
+        let mut found = Vec::new();
+        for slot in 0..dev.mig_device_count().unwrap_or(0) {
+            let Ok(mig) = dev.mig_device_by_index(slot) else {
+                continue; // an empty MIG slot
+            };
+            let handle = Handle::of(&mig);
+            match raw::instance_ids(nvml, handle.raw()) {
+                Ok((gpu_instance, compute_instance)) => found.push(MigInstance {
+                    slot,
+                    handle,
+                    gpu_instance,
+                    compute_instance,
+                }),
+                Err(e) => {
+                    tracing::warn!(gpu = index, slot, error = %e, "MIG instance without IDs; skipped");
+                }
+            }
+        }
+        found
+    }
+
+    /// The MIG instances of a MIG-capable GPU now: empty when MIG is off.
+    fn mig_layout_now(nvml: &Nvml, dev: &Device<'_>, index: u32) -> Vec<MigInstance> {
+        let on = dev
+            .mig_mode()
+            .is_ok_and(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
+        if on {
+            Self::mig_instances(nvml, dev, index)
+        } else {
+            Vec::new()
+        }
     }
 }
 
@@ -279,9 +536,12 @@ impl GpuSource for NvmlSource {
     }
 
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError> {
-        let rediscovery = self.nvml.is_some();
+        // A MIG layout change needs a new inventory, not a new NVML initialisation.
+        let rediscovery = self.nvml.is_some() && !std::mem::take(&mut self.layout_stale);
         let nvml = self.init()?;
-        self.xids = None;
+        // Every cache goes, GPM samples freed before NVML is shut down.
+        self.forget();
+        self.layout_checked = Instant::now();
         if rediscovery {
             // After a driver failure: drop NVML's state and initialise it again, so a
             // reloaded driver is picked up.
@@ -292,8 +552,6 @@ impl GpuSource for NvmlSource {
         let count = nvml.device_count().map_err(map_err)?;
         let (mut gpus, mut migs) = (Vec::new(), Vec::new());
         let mut event_handles = Vec::new();
-        self.event_devices.clear();
-        self.event_migs.clear();
         for index in 0..count {
             let lost = |why: String| {
                 tracing::error!(gpu = index, error = %why, "GPU cannot be read at discovery; reported as lost");
@@ -302,6 +560,10 @@ impl GpuSource for NvmlSource {
                         index,
                         mig: None,
                         mig_parent: false,
+                        handle: None,
+                        parent: None,
+                        parent_entity: index as usize,
+                        compute_instance: 0,
                     },
                     EntityInfo {
                         gpu_index: index,
@@ -342,68 +604,77 @@ impl GpuSource for NvmlSource {
                 })
                 .collect();
             let gpu_entity = gpus.len();
-            // SAFETY: the handle stays valid while NVML is initialised; used as an identity only.
-            let handle = unsafe { dev.handle() };
-            self.event_devices.insert(handle as usize, gpu_entity);
-            event_handles.push(handle);
+            let handle = Handle::of(&dev);
+            self.event_devices.insert(handle.0, gpu_entity);
+            event_handles.push(handle.raw());
             let total_mib = dev.memory_info().map(|m| m.total >> 20).unwrap_or(0);
-            let mig_on = dev
-                .mig_mode()
+            let mig_mode = dev.mig_mode();
+            let mig_on = mig_mode
+                .as_ref()
                 .is_ok_and(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
-            if mig_on {
-                for j in 0..dev.mig_device_count().unwrap_or(0) {
-                    let Ok(mig) = dev.mig_device_by_index(j) else {
-                        continue; // an empty MIG slot
-                    };
-                    // SAFETY: `mig` is a live handle of this NVML instance.
-                    let (gi, ci) = match raw::instance_ids(nvml, unsafe { mig.handle() }) {
-                        Ok(ids) => ids,
-                        Err(e) => {
-                            tracing::warn!(gpu = index, slot = j, error = %e, "MIG instance without IDs; skipped");
-                            continue;
-                        }
-                    };
-                    let profile = mig
-                        .attributes()
-                        .map(|a| {
-                            mig_profile_name(
-                                a.gpu_instance_slice_count,
-                                a.memory_size_mb,
-                                total_mib,
-                            )
-                        })
-                        .unwrap_or_default();
-                    migs.push((
-                        Slot {
-                            index,
-                            mig: Some((j, gi)),
-                            mig_parent: false,
-                        },
-                        gpu_entity,
-                        EntityInfo {
-                            gpu_index: index,
-                            uuid: uuid.clone(),
-                            pci_bus_id: pci_bus_id.clone(),
-                            model_name: model_name.clone(),
-                            mig: Some(MigInfo {
-                                parent: gpu_entity,
-                                gpu_instance_id: gi,
-                                compute_instance_id: ci,
-                                slot: j,
-                                profile,
-                                mig_uuid: mig.uuid().unwrap_or_default(),
-                            }),
-                            labels: values.clone(),
-                            lost: false,
-                        },
-                    ));
-                }
+            let instances = if mig_on {
+                Self::mig_instances(nvml, &dev, index)
+            } else {
+                Vec::new()
+            };
+            if mig_mode.is_ok() {
+                self.mig_layouts.push(MigLayout {
+                    index,
+                    gpu: handle,
+                    instances: instances.clone(),
+                });
+            }
+            for instance in instances {
+                let (j, gi, ci) = (
+                    instance.slot,
+                    instance.gpu_instance,
+                    instance.compute_instance,
+                );
+                let mig = instance.handle.device(nvml);
+                let profile = mig
+                    .attributes()
+                    .map(|a| {
+                        mig_profile_name(a.gpu_instance_slice_count, a.memory_size_mb, total_mib)
+                    })
+                    .unwrap_or_default();
+                migs.push((
+                    Slot {
+                        index,
+                        mig: Some((j, gi)),
+                        mig_parent: false,
+                        handle: Some(instance.handle),
+                        parent: Some(handle),
+                        parent_entity: gpu_entity,
+                        compute_instance: ci,
+                    },
+                    gpu_entity,
+                    EntityInfo {
+                        gpu_index: index,
+                        uuid: uuid.clone(),
+                        pci_bus_id: pci_bus_id.clone(),
+                        model_name: model_name.clone(),
+                        mig: Some(MigInfo {
+                            parent: gpu_entity,
+                            gpu_instance_id: gi,
+                            compute_instance_id: ci,
+                            slot: j,
+                            profile,
+                            mig_uuid: mig.uuid().unwrap_or_default(),
+                        }),
+                        labels: values.clone(),
+                        lost: false,
+                    },
+                ));
             }
             gpus.push((
                 Slot {
                     index,
                     mig: None,
                     mig_parent: mig_on,
+                    handle: Some(handle),
+                    parent: Some(handle),
+                    parent_entity: gpu_entity,
+                    compute_instance: 0,
                 },
                 EntityInfo {
                     gpu_index: index,
@@ -432,7 +703,7 @@ impl GpuSource for NvmlSource {
         let n = slots.len();
         self.slots = slots;
         self.gpm = (0..n).map(|_| Gpm::Unknown).collect();
-        self.process_seen = vec![0; n];
+        self.process_reads = (0..n).map(|_| ProcessReads::default()).collect();
         self.xids = Some(XidWatcher::start(nvml, event_handles));
         Ok(Inventory {
             driver_version,
@@ -455,10 +726,165 @@ impl GpuSource for NvmlSource {
                 return;
             }
         };
+        self.read_with(entity, &dev, quantities, out);
+        // With the handle kept from discovery, the readings themselves are what shows
+        // the driver answering. The vGPU licence state of a driver without the call is
+        // 0 from no call at all, so when every other reading failed it fails with them:
+        // a driver that stopped answering is then seen as such.
+        let answered = |(q, r): (&Quantity, &Result<Raw, ReadError>)| {
+            *q != Quantity::VgpuLicensed && matches!(r, Ok(_) | Err(ReadError::NoValueYet))
+        };
+        let failure = quantities
+            .iter()
+            .zip(out.iter())
+            .find_map(|(_, r)| match r {
+                Err(e @ (ReadError::Failed(_) | ReadError::Unavailable(_))) => Some(e.clone()),
+                _ => None,
+            });
+        if let Some(e) = failure
+            && !quantities.iter().zip(out.iter()).any(answered)
+        {
+            for (q, r) in quantities.iter().zip(out.iter_mut()) {
+                if *q == Quantity::VgpuLicensed {
+                    *r = Err(e.clone());
+                }
+            }
+        }
+        let all_failed = !out.is_empty()
+            && out
+                .iter()
+                .all(|r| matches!(r, Err(e) if *e != ReadError::NoValueYet));
+        if all_failed && self.slots.get(entity).is_some_and(|s| s.mig.is_some()) {
+            self.verify_mig_handle(entity);
+        }
+    }
+
+    fn processes(&mut self, entity: usize) -> Result<Vec<ProcessSample>, ReadError> {
+        let slot = self.slot(entity)?;
+        if slot.mig_parent {
+            return Ok(Vec::new());
+        }
+        let nvml = self.nvml()?;
+        let handle = slot.handle.ok_or(ReadError::GpuLost)?;
+        // A MIG instance's processes come from its GPU's list, which names each one's
+        // instance IDs: one call per GPU and cycle for all its instances, not one each.
+        let (list, instance) = match slot.mig {
+            Some((_, gi)) => (slot.parent_entity, Some((gi, slot.compute_instance))),
+            None => (entity, None),
+        };
+        let cycle = self.names.cycle;
+        let reads = self
+            .process_reads
+            .get_mut(list)
+            .ok_or_else(|| ReadError::Failed(format!("no entity {list}")))?;
+        if instance.is_none() || reads.listed_in != Some(cycle) {
+            let listed_on = if instance.is_some() {
+                slot.parent.ok_or(ReadError::GpuLost)?
+            } else {
+                handle
+            };
+            reads.listed_in = None;
+            reads.listed = raw::compute_processes(nvml, listed_on.raw(), &mut reads.infos)?;
+            reads.listed_in = Some(cycle);
+        }
+        // SM shares since the last read; not every GPU (nor any MIG instance) has them.
+        let mut sm: HashMap<u32, u32> = HashMap::new();
+        let own = self
+            .process_reads
+            .get_mut(entity)
+            .ok_or_else(|| ReadError::Failed(format!("no entity {entity}")))?;
+        if !own.no_utilization {
+            match raw::process_utilization(nvml, handle.raw(), own.seen, &mut own.samples) {
+                Ok(n) => {
+                    for s in &own.samples[..n] {
+                        own.seen = own.seen.max(s.timeStamp);
+                        sm.insert(s.pid, s.smUtil);
+                    }
+                }
+                Err(ReadError::NotSupported) => own.no_utilization = true,
+                Err(_) => {}
+            }
+        }
+        let reads = &self.process_reads[list];
+        let names = &mut self.names;
+        Ok(reads.infos[..reads.listed]
+            .iter()
+            .filter(|p| {
+                instance.is_none_or(|(gi, ci)| p.gpuInstanceId == gi && p.computeInstanceId == ci)
+            })
+            .map(|p| ProcessSample {
+                pid: p.pid,
+                name: names.name(p.pid, |pid| {
+                    nvml.sys_process_name(pid, 64).unwrap_or_default()
+                }),
+                used_memory_bytes: match UsedGpuMemory::from(p.usedGpuMemory) {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                sm_util_percent: sm.get(&p.pid).copied(),
+            })
+            .collect())
+    }
+
+    fn layout_changed(&mut self) -> bool {
+        if !self.layout_stale && self.layout_checked.elapsed() >= MIG_LAYOUT_CHECK {
+            self.layout_checked = Instant::now();
+            if let Ok(nvml) = self.nvml() {
+                let changed = self.mig_layouts.iter().find(|l| {
+                    !same_layout(
+                        &Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index),
+                        &l.instances,
+                    )
+                });
+                if let Some(l) = changed {
+                    tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
+                    self.layout_stale = true;
+                }
+            }
+        }
+        self.layout_stale
+    }
+
+    fn end_cycle(&mut self) {
+        self.names.end_cycle();
+    }
+
+    fn xid_events(&mut self) -> Vec<XidEvent> {
+        let Some(watcher) = &self.xids else {
+            return Vec::new();
+        };
+        watcher
+            .drain()
+            .into_iter()
+            .filter_map(|x| {
+                let gpu = *self.event_devices.get(&x.device)?;
+                let entity = x
+                    .gpu_instance
+                    .and_then(|gi| self.event_migs.get(&(gpu, gi)).copied())
+                    .unwrap_or(gpu);
+                Some(XidEvent {
+                    entity,
+                    code: x.code,
+                    at: x.at,
+                })
+            })
+            .collect()
+    }
+}
+
+impl NvmlSource {
+    /// [`GpuSource::read`] with the entity's handle.
+    fn read_with(
+        &mut self,
+        entity: usize,
+        dev: &Device<'static>,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
         // Calls that answer several quantities are made once per read.
         let mut util = None;
         let mut mem = None;
-        let mut fields: Option<Result<Vec<Result<Raw, ReadError>>, ReadError>> = None;
+        let mut fields = self.field_values(dev, quantities).into_iter();
         let mut gpm: Option<Result<Vec<Result<f64, ReadError>>, ReadError>> = None;
         let u = |r: Result<u32, NvmlError>| r.map(|v| Raw::U64(v.into())).map_err(map_err);
         let u64r = |r: Result<u64, NvmlError>| r.map(Raw::U64).map_err(map_err);
@@ -488,7 +914,6 @@ impl GpuSource for NvmlSource {
                 }
                 PowerUsage => u(dev.power_usage()),
                 PowerLimit => u(dev.enforced_power_limit()),
-                TotalEnergy => u64r(dev.total_energy_consumption()),
                 GpuTemp => u(dev.temperature(TemperatureSensor::Gpu)),
                 SmClock => u(dev.clock_info(Clock::SM)),
                 MemClock => u(dev.clock_info(Clock::Memory)),
@@ -496,81 +921,14 @@ impl GpuSource for NvmlSource {
                 PcieTxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Send)),
                 PcieRxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Receive)),
                 ClockEventReasons => u64r(dev.current_throttle_reasons().map(|r| r.bits())),
-                PowerViolation | ThermalViolation | SyncBoostViolation | BoardLimitViolation
-                | LowUtilViolation | ReliabilityViolation => {
-                    let policy = match q {
-                        PowerViolation => PerformancePolicy::Power,
-                        ThermalViolation => PerformancePolicy::Thermal,
-                        SyncBoostViolation => PerformancePolicy::SyncBoost,
-                        BoardLimitViolation => PerformancePolicy::BoardLimit,
-                        LowUtilViolation => PerformancePolicy::LowUtilization,
-                        _ => PerformancePolicy::Reliability,
-                    };
-                    u64r(dev.violation_status(policy).map(|v| v.violation_time))
-                }
-                EccSbeVolatile => {
-                    u64r(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile))
-                }
-                EccDbeVolatile => {
-                    u64r(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile))
-                }
-                EccSbeAggregate => {
-                    u64r(dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate))
-                }
-                EccDbeAggregate => {
-                    u64r(dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate))
-                }
-                RetiredSbe => u64r(
-                    dev.retired_pages(RetirementCause::MultipleSingleBitEccErrors)
-                        .map(|p| p.len() as u64),
-                ),
-                RetiredDbe => u64r(
-                    dev.retired_pages(RetirementCause::DoubleBitEccError)
-                        .map(|p| p.len() as u64),
-                ),
-                RetiredPending => u64r(dev.are_pages_pending_retired().map(u64::from)),
-                MemoryTemp
-                | NvlinkCrcFlitErrors
-                | NvlinkCrcDataErrors
-                | NvlinkReplayErrors
-                | NvlinkRecoveryErrors
-                | NvlinkDataKib
-                | RemappedCorrectable
-                | RemappedUncorrectable
-                | RemapFailure => {
-                    let f: &Result<Vec<Result<Raw, ReadError>>, ReadError> = fields
-                        .get_or_insert_with(|| match self.nvml() {
-                            // SAFETY: `dev` is a live handle of this NVML instance.
-                            Ok(nvml) => {
-                                raw::field_values(nvml, unsafe { dev.handle() }, &field::ALL)
-                            }
-                            Err(e) => Err(e),
-                        });
-                    let at = |id: (u32, u32)| -> Result<Raw, ReadError> {
-                        let i = field::ALL.iter().position(|&x| x == id).unwrap_or(0);
-                        match f {
-                            Ok(v) => v.get(i).cloned().unwrap_or(Err(ReadError::NotSupported)),
-                            Err(e) => Err(e.clone()),
-                        }
-                    };
-                    match q {
-                        MemoryTemp => at(field::MEMORY_TEMP),
-                        NvlinkCrcFlitErrors => at(field::NVLINK_CRC_FLIT_TOTAL),
-                        NvlinkCrcDataErrors => at(field::NVLINK_CRC_DATA_TOTAL),
-                        NvlinkReplayErrors => at(field::NVLINK_REPLAY_TOTAL),
-                        NvlinkRecoveryErrors => at(field::NVLINK_RECOVERY_TOTAL),
-                        NvlinkDataKib => {
-                            match (at(field::NVLINK_DATA_TX), at(field::NVLINK_DATA_RX)) {
-                                (Ok(tx), Ok(rx)) => {
-                                    Ok(Raw::U64(tx.as_f64() as u64 + rx.as_f64() as u64))
-                                }
-                                (Err(e), _) | (_, Err(e)) => Err(e),
-                            }
-                        }
-                        RemappedCorrectable => at(field::REMAPPED_COR),
-                        RemappedUncorrectable => at(field::REMAPPED_UNC),
-                        _ => at(field::REMAPPED_FAILURE),
-                    }
+                _ if !field::of(q).is_empty() => {
+                    // This quantity's requests, in the order `field_values` made them.
+                    let mut parts = fields.by_ref().take(field::of(q).len());
+                    let first = parts.next().unwrap_or(Err(ReadError::NotSupported));
+                    parts.fold(first, |sum, part| match (sum, part) {
+                        (Ok(a), Ok(b)) => Ok(Raw::U64(a.as_f64() as u64 + b.as_f64() as u64)),
+                        (Err(e), _) | (_, Err(e)) => Err(e),
+                    })
                 }
                 VgpuLicensed => match self.nvml() {
                     // SAFETY: `dev` is a live handle of this NVML instance.
@@ -580,7 +938,7 @@ impl GpuSource for NvmlSource {
                 _ => {
                     // GPM: `gpm_index` covers every remaining quantity.
                     let i = gpm_index(q).unwrap_or(0);
-                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity, &dev));
+                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity));
                     match g {
                         Ok(v) => v
                             .get(i)
@@ -593,60 +951,6 @@ impl GpuSource for NvmlSource {
             };
             out.push(r);
         }
-    }
-
-    fn processes(&mut self, entity: usize) -> Result<Vec<ProcessSample>, ReadError> {
-        if self.slots.get(entity).is_some_and(|s| s.mig_parent) {
-            return Ok(Vec::new());
-        }
-        let dev = self.device(entity)?;
-        let nvml = self.nvml()?;
-        let procs = dev.running_compute_processes().map_err(map_err)?;
-        // SM shares since the last read; not every GPU (nor any MIG instance) has them.
-        let since = self.process_seen.get(entity).copied().unwrap_or(0);
-        let mut sm: HashMap<u32, u32> = HashMap::new();
-        if let Ok(samples) = dev.process_utilization_stats(since) {
-            for s in samples {
-                if let Some(seen) = self.process_seen.get_mut(entity) {
-                    *seen = (*seen).max(s.timestamp);
-                }
-                sm.insert(s.pid, s.sm_util);
-            }
-        }
-        Ok(procs
-            .into_iter()
-            .map(|p| ProcessSample {
-                pid: p.pid,
-                name: nvml.sys_process_name(p.pid, 64).unwrap_or_default(),
-                used_memory_bytes: match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => Some(b),
-                    UsedGpuMemory::Unavailable => None,
-                },
-                sm_util_percent: sm.get(&p.pid).copied(),
-            })
-            .collect())
-    }
-
-    fn xid_events(&mut self) -> Vec<XidEvent> {
-        let Some(watcher) = &self.xids else {
-            return Vec::new();
-        };
-        watcher
-            .drain()
-            .into_iter()
-            .filter_map(|x| {
-                let gpu = *self.event_devices.get(&x.device)?;
-                let entity = x
-                    .gpu_instance
-                    .and_then(|gi| self.event_migs.get(&(gpu, gi)).copied())
-                    .unwrap_or(gpu);
-                Some(XidEvent {
-                    entity,
-                    code: x.code,
-                    at: x.at,
-                })
-            })
-            .collect()
     }
 }
 
@@ -662,6 +966,32 @@ mod tests {
         assert_eq!(mig_profile_name(3, 40192, h100), "3g.40gb");
         assert_eq!(mig_profile_name(7, 80896, h100), "7g.80gb");
         assert_eq!(mig_profile_name(7, 80384, 81920), "7g.80gb");
+    }
+
+    #[test]
+    fn process_names_are_read_once_per_pid_and_again_after_the_pid_was_gone() {
+        let mut names = ProcessNames::default();
+        let mut reads = Vec::new();
+        let mut read = |pid: u32| {
+            reads.push(pid);
+            format!("proc-{pid}-{}", reads.len())
+        };
+        // Cycle 1: two processes, each read once, even when listed on two devices.
+        assert_eq!(names.name(10, &mut read), "proc-10-1");
+        assert_eq!(names.name(11, &mut read), "proc-11-2");
+        assert_eq!(names.name(10, &mut read), "proc-10-1");
+        names.end_cycle();
+        // Cycle 2: pid 11 is on no device any more.
+        assert_eq!(names.name(10, &mut read), "proc-10-1");
+        names.end_cycle();
+        assert_eq!(
+            names.by_pid.len(),
+            1,
+            "a pid gone from every list is dropped"
+        );
+        // Cycle 3: pid 11 is back (a reused pid): its name is read again.
+        assert_eq!(names.name(11, &mut read), "proc-11-3");
+        assert_eq!(reads, [10, 11, 11]);
     }
 
     #[test]

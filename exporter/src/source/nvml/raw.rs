@@ -5,10 +5,14 @@ use super::map_err;
 use crate::source::{Raw, ReadError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::nvml_try;
+use nvml_wrapper::gpm::GpmSample;
 use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlGridLicensableFeatures_t,
-    nvmlReturn_enum_NVML_SUCCESS,
+    nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlGpmSample_t,
+    nvmlGridLicensableFeatures_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t,
+    nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
 };
+use std::os::raw::c_uint;
 
 /// A symbol this driver does not export.
 fn missing<E>(_: E) -> ReadError {
@@ -148,4 +152,113 @@ pub fn vgpu_licensed(nvml: &Nvml, device: nvmlDevice_t) -> Result<u64, ReadError
                 .iter()
                 .any(|x| x.featureState > 0),
     ))
+}
+
+/// A GPM sample allocated once through `nvmlGpmSampleAlloc` and reused every cycle
+/// (nvml-wrapper only allocates a fresh sample per reading). The wrapper frees it on drop.
+pub fn gpm_sample_alloc(nvml: &'static Nvml) -> Result<GpmSample<'static>, ReadError> {
+    let sym = nvml.lib().nvmlGpmSampleAlloc.as_ref().map_err(missing)?;
+    let mut sample: nvmlGpmSample_t = std::ptr::null_mut();
+    // SAFETY: `sample` is a valid out-pointer for the new sample's handle.
+    nvml_try(unsafe { sym(&mut sample) }).map_err(map_err)?;
+    // SAFETY: just allocated by this library and owned by nothing else; the wrapper
+    // becomes its only owner and frees it once.
+    Ok(unsafe { GpmSample::from_handle(nvml, sample) })
+}
+
+/// Fill `sample` with the GPU's counters now (`nvmlGpmSampleGet`), or a MIG instance's
+/// (`nvmlGpmMigSampleGet` on the physical GPU with its GPU-instance ID).
+pub fn gpm_sample_get(
+    nvml: &Nvml,
+    gpu: nvmlDevice_t,
+    gpu_instance: Option<u32>,
+    sample: &GpmSample<'_>,
+) -> Result<(), ReadError> {
+    let lib = nvml.lib();
+    // SAFETY: borrowed only for this call; `sample` keeps owning it.
+    let handle = unsafe { sample.handle() };
+    let rc = match gpu_instance {
+        None => {
+            let sym = lib.nvmlGpmSampleGet.as_ref().map_err(missing)?;
+            // SAFETY: `gpu` is a live handle of this NVML instance and `handle` a live sample.
+            unsafe { sym(gpu, handle) }
+        }
+        Some(gi) => {
+            let sym = lib.nvmlGpmMigSampleGet.as_ref().map_err(missing)?;
+            // SAFETY: as above; `gi` is a GPU-instance ID of `gpu`.
+            unsafe { sym(gpu, gi, handle) }
+        }
+    };
+    nvml_try(rc).map_err(map_err)
+}
+
+/// Call a `(device, count, buffer)` list getter once with `buffer` (kept across cycles,
+/// so normally large enough), and again only when NVML says it is too small: nvml-wrapper
+/// always makes two calls, the count and then the list. Returns how many entries of
+/// `buffer` NVML filled; the buffer keeps its size for the next cycle.
+fn list_into<T: Copy>(
+    buffer: &mut Vec<T>,
+    zero: T,
+    mut call: impl FnMut(&mut c_uint, *mut T) -> nvmlReturn_t,
+) -> Result<usize, ReadError> {
+    if buffer.is_empty() {
+        buffer.resize(8, zero);
+    }
+    for _ in 0..3 {
+        let mut count = c_uint::try_from(buffer.len()).unwrap_or(c_uint::MAX);
+        let rc = call(&mut count, buffer.as_mut_ptr());
+        if rc == nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE {
+            // Room for a few more entries that appear before the next call.
+            buffer.resize(count as usize + 8, zero);
+            continue;
+        }
+        if rc == nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
+            // Process utilisation: no sample since the last seen timestamp.
+            return Ok(0);
+        }
+        nvml_try(rc).map_err(map_err)?;
+        return Ok((count as usize).min(buffer.len()));
+    }
+    Err(ReadError::Failed("the list keeps growing".into()))
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses_v3` into `buffer`, in one call when it fits.
+pub fn compute_processes(
+    nvml: &Nvml,
+    device: nvmlDevice_t,
+    buffer: &mut Vec<nvmlProcessInfo_t>,
+) -> Result<usize, ReadError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetComputeRunningProcesses_v3
+        .as_ref()
+        .map_err(missing)?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let zero: nvmlProcessInfo_t = unsafe { std::mem::zeroed() };
+    list_into(buffer, zero, |count, infos| {
+        // SAFETY: `device` is a live handle of this NVML instance; `infos` holds `*count`
+        // entries (`list_into` passes its buffer's length).
+        unsafe { sym(device, count, infos) }
+    })
+}
+
+/// `nvmlDeviceGetProcessUtilization` since `last_seen` (µs) into `buffer`, in one call
+/// when it fits; no sample since then is an empty list.
+pub fn process_utilization(
+    nvml: &Nvml,
+    device: nvmlDevice_t,
+    last_seen: u64,
+    buffer: &mut Vec<nvmlProcessUtilizationSample_t>,
+) -> Result<usize, ReadError> {
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetProcessUtilization
+        .as_ref()
+        .map_err(missing)?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let zero: nvmlProcessUtilizationSample_t = unsafe { std::mem::zeroed() };
+    list_into(buffer, zero, |count, samples| {
+        // SAFETY: as in `compute_processes`.
+        unsafe { sym(device, samples, count, last_seen) }
+    })
 }
