@@ -21,18 +21,21 @@
 #      same 1 s collection interval (nvitop-exporter's and ours' default; all-smi's is 3 s):
 #      - NVML calls per sampling cycle: the fake's per-function counts
 #        (GPU_SIM_CALL_COUNTS), two readings in quiet gaps N cycles apart.
-#        "Shared" restricts the count to the functions both ours and all-smi call.
+#        "Shared" restricts the count to the functions both ours and all-smi call (by
+#        name: ours also reads memory on MIG instances, which all-smi does not).
 #      - Idle CPU: on-CPU time of all threads (/proc/PID/task/*/schedstat) over IDLE_S
 #        seconds with no scrapes, as % of one core; it includes the fake library's own
-#        work inside the tool's threads (e.g. its event-wait polling).
+#        work inside the tool's threads.
 #      - RSS: VmRSS after the idle window; VmHWM after the load test.
 #      - Latency under load: wrk -t2 -c50 -dLOAD_S --latency on /metrics (plain text, no
 #        gzip); wrk shares the 2 cores with the server.
-#      - CPU per scrape: the tool under valgrind --tool=callgrind with a one-hour
-#        collection interval, so no sampling cycle falls into the window; counters zeroed
-#        with callgrind_control, K keep-alive scrapes of /metrics, dumped; zeroed again, the
-#        same wall time without scrapes, dumped; (scrapes - idle) / K instructions. This is
-#        the cost of serving a scrape; each tool's sampling cost is in the idle CPU row.
+#      - CPU per scrape: the tool under valgrind --tool=callgrind, with no sampling cycle
+#        in the window (ours at a 20 s interval after its second cycle, GPM needing two
+#        samples, re-measured if its cycle counter moved; a peer at a one-hour interval
+#        once its body is complete); counters zeroed with callgrind_control, K keep-alive
+#        scrapes of /metrics, dumped; zeroed again, the same wall time without scrapes,
+#        dumped; (scrapes - idle) / K instructions. This is the cost of serving a scrape;
+#        each tool's sampling cost is in the idle CPU row.
 #   5. Prints ratios as ours/peer (below 1 means ours uses less) and the peer/ours factor.
 #
 # Talks to 127.0.0.1 only. Requires cargo, python3 (with venv), valgrind, wrk.
