@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command: install what the tests need when it is missing
 # (tests/setup.sh: Prometheus and promtool, wrk, binutils, nvidia-ml-py, gpustat, nvitop,
-# Go, podman), build the real Kubernetes control plane (tests/kube/build.sh), then run
-# every test of the workspace: unit tests, the fake libnvidia-ml's ABI tests, the
-# end-to-end tests against real Prometheus, promtool, nvidia-ml-py, gpustat, nvitop and
-# the real control plane, and the container images under podman.
+# nvitop-exporter and all-smi, Go, podman), build the real Kubernetes control plane
+# (tests/kube/build.sh), then run every test of the workspace: unit tests, the fake
+# libnvidia-ml's ABI tests, the end-to-end tests against real Prometheus, promtool,
+# nvidia-ml-py, gpustat, nvitop, nvitop-exporter, all-smi and the real control plane, and
+# the container images under podman.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh

@@ -10,7 +10,12 @@
 #   - go (Debian package `golang-go`) to build the real control plane of tests/kube
 #     (its Go modules come through the Go module proxy),
 #   - podman and runc (Debian; runc, not crun, which fails on some hosts' cgroup layout)
-#     and ca-certificates for the container image tests (tests/tests/e2e/images.rs).
+#     and ca-certificates for the container image tests (tests/tests/e2e/images.rs),
+#   - the peer NVML tools nvitop-exporter (PyPI, in a venv) and all-smi (crates.io, built
+#     with cargo install), pinned, under the target dir's peers/ (tests/install-peers.sh),
+#     for tests/tests/e2e/peers.rs and exporter/benches/peers.sh; python3-venv (Debian)
+#     for the venv, protobuf-compiler, libprotobuf-dev and libdrm-dev (Debian) for
+#     all-smi's build.
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -66,9 +71,26 @@ if [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then
     apt_packages+=(ca-certificates)
 fi
 if ! command -v python3 >/dev/null 2>&1; then
-    apt_packages+=(python3 python3-pip)
+    apt_packages+=(python3 python3-pip python3-venv)
 elif ! python3 -m pip --version >/dev/null 2>&1 && ! python3 -c 'import pynvml, kubernetes_validate' >/dev/null 2>&1; then
     apt_packages+=(python3-pip)
+fi
+
+# all-smi's build script compiles .proto files with protoc, importing protobuf's
+# well-known types (libprotobuf-dev).
+if ! command -v protoc >/dev/null 2>&1; then
+    apt_packages+=(protobuf-compiler)
+fi
+if [ ! -f /usr/include/google/protobuf/timestamp.proto ]; then
+    apt_packages+=(libprotobuf-dev)
+fi
+# all-smi links libdrm and libdrm_amdgpu (its AMD reader) whatever the machine has.
+if ! dpkg-query -W -f='${Status}' libdrm-dev 2>/dev/null | grep -q 'install ok installed'; then
+    apt_packages+=(libdrm-dev)
+fi
+# Debian's python3 has no ensurepip (so no `python3 -m venv`) without python3-venv.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    apt_packages+=(python3-venv)
 fi
 
 if [ "${#apt_packages[@]}" -gt 0 ]; then
@@ -130,6 +152,8 @@ if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
         exit 1
     }
 fi
+
+bash "$(dirname "${BASH_SOURCE[0]}")/install-peers.sh"
 
 # kubectl comes with the machine (the tests run `kubectl get --raw` against the adapter);
 # say so plainly rather than fail deep inside a test.

@@ -9,10 +9,20 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Render-cache slots per snapshot: one per exposition format the encoder serves (it
-/// checks at compile time that its formats fit). A count, not the formats themselves,
-/// so the snapshot needs nothing from the encoder.
-pub(crate) const RENDER_SLOTS: usize = 3;
+/// Render-cache slots per snapshot: one per exposition format the encoder serves, with
+/// and without the device families (it checks at compile time that they fit). A count,
+/// not the formats themselves, so the snapshot needs nothing from the encoder.
+pub(crate) const RENDER_SLOTS: usize = 6;
+
+/// One cached part of a scrape body: everything a snapshot determines (device families
+/// and the exporter's own per-snapshot metrics), plain and as one gzip member, each
+/// built on the first scrape that asks for it. Only the scrape-duration histogram (and
+/// OpenMetrics' `# EOF`) is added per scrape.
+#[derive(Debug, Default)]
+pub(crate) struct RenderCache {
+    pub(crate) plain: OnceLock<Vec<u8>>,
+    pub(crate) gzip: OnceLock<Vec<u8>>,
+}
 
 /// A label value escaped for the text formats (`\`, `"`, newline); borrowed when there is
 /// nothing to escape, as for nearly every value. The one escaper of label values: the
@@ -135,11 +145,9 @@ pub struct Snapshot {
     pub attribution: Option<AttributionStatus>,
     /// Version and source for `gpu_exporter_build_info`.
     pub build_labels: Arc<str>,
-    /// The rendered device families, once per format (text, OpenMetrics, protobuf; see
-    /// `encode`), each built on the first scrape that asks for it.
-    pub(crate) rendered: [OnceLock<Vec<u8>>; RENDER_SLOTS],
-    /// The same, gzip-compressed, once per format.
-    pub(crate) rendered_gzip: [OnceLock<Vec<u8>>; RENDER_SLOTS],
+    /// The cached part of the body, once per format and with or without the device
+    /// families (see `encode::cached_part`).
+    pub(crate) rendered: [RenderCache; RENDER_SLOTS],
 }
 
 impl Snapshot {
@@ -164,7 +172,6 @@ impl Snapshot {
             attribution: None,
             build_labels,
             rendered: Default::default(),
-            rendered_gzip: Default::default(),
         }
     }
 

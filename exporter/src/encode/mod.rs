@@ -8,8 +8,10 @@
 //! binary format; the golden-file and promtool tests hold the text to both specs, and
 //! the protobuf tests hold it to the text.
 //!
-//! The device families are rendered once per snapshot and format and shared by every
-//! scrape; only the few self-metrics about scrapes are rendered per request.
+//! Everything a snapshot determines is rendered once per snapshot and format (and
+//! gzip-compressed once, when asked for) and shared by every scrape; only the
+//! scrape-duration histogram is rendered per request, and with gzip it travels as a
+//! second, stored gzip member, so no scrape compresses anything ([`render`]).
 
 pub mod protobuf;
 pub mod xid;
@@ -30,7 +32,7 @@ pub enum Format {
 
 /// How many [`Format`]s there are; each has its slot in a snapshot's render caches.
 const FORMATS: usize = 3;
-const _: () = assert!(FORMATS == RENDER_SLOTS && Format::Protobuf as usize + 1 == FORMATS);
+const _: () = assert!(FORMATS * 2 == RENDER_SLOTS && Format::Protobuf as usize + 1 == FORMATS);
 
 impl Format {
     pub fn content_type(self) -> &'static str {
@@ -233,7 +235,8 @@ impl Sample {
     }
 }
 
-/// Where the family walk ([`walk_device_families`], [`walk_self_metrics`]) writes: one
+/// Where the family walks ([`walk_device_families`], [`walk_snapshot_metrics`],
+/// [`walk_scrape_metrics`]) write: one
 /// implementation per wire format, so all formats carry the same families, series, label
 /// order and values by construction. `'a` is the snapshot's lifetime: label sets live
 /// as long as the walk, so a writer may cache work per label set.
@@ -325,20 +328,49 @@ impl Sink<'_> for TextSink<'_> {
     }
 }
 
-/// The device families of a snapshot in `fmt`, rendered once and cached in the snapshot.
-pub fn device_families(snap: &Snapshot, fmt: Format) -> &[u8] {
-    snap.rendered[fmt.index()].get_or_init(|| {
-        let mut out = Vec::with_capacity(256 * snap.values.len().max(16));
-        render_device_families(snap, fmt, &mut out);
-        out
-    })
+/// The part of a scrape body that the snapshot alone determines, in `fmt`: the device
+/// families (when `with_devices`) and then the exporter's per-snapshot self-metrics.
+/// Rendered once per snapshot, format and variant, and shared by every scrape; a body
+/// is this followed by [`scrape_part`].
+pub fn cached_part(snap: &Snapshot, fmt: Format, with_devices: bool) -> &[u8] {
+    snap.rendered[cache_slot(fmt, with_devices)]
+        .plain
+        .get_or_init(|| {
+            let mut out = Vec::with_capacity(if with_devices {
+                256 * snap.values.len().max(16)
+            } else {
+                2048
+            });
+            if with_devices {
+                render_device_families(snap, fmt, &mut out);
+            }
+            match fmt {
+                Format::Text | Format::OpenMetrics => {
+                    walk_snapshot_metrics(snap, &mut TextSink::new(&mut out, fmt));
+                }
+                Format::Protobuf => {
+                    let mut sink = protobuf::ProtoSink::new(&mut out);
+                    walk_snapshot_metrics(snap, &mut sink);
+                    sink.finish();
+                }
+            }
+            out
+        })
 }
 
-/// The device families gzip-compressed, once per snapshot and format. A response is
-/// this gzip member followed by a small per-scrape member: concatenated gzip members
-/// are one valid gzip stream (RFC 1952 §2.2), which Prometheus and curl read whole.
-pub fn device_families_gzip(snap: &Snapshot, fmt: Format) -> &[u8] {
-    snap.rendered_gzip[fmt.index()].get_or_init(|| gzip(device_families(snap, fmt)))
+/// [`cached_part`] as one gzip member, compressed once per snapshot, format and
+/// variant. A gzip body is this member followed by a small per-scrape member
+/// ([`gzip_stored`]): concatenated members are one valid gzip stream (RFC 1952 §2.2),
+/// which Prometheus (Go's `gzip.Reader`), curl and every multi-member reader decode to
+/// the plain body. So no scrape compresses the snapshot again.
+pub fn cached_part_gzip(snap: &Snapshot, fmt: Format, with_devices: bool) -> &[u8] {
+    snap.rendered[cache_slot(fmt, with_devices)]
+        .gzip
+        .get_or_init(|| gzip(cached_part(snap, fmt, with_devices)))
+}
+
+fn cache_slot(fmt: Format, with_devices: bool) -> usize {
+    fmt.index() * 2 + usize::from(with_devices)
 }
 
 /// One gzip member of `data`, at the fast level: scrape bodies compress ~25x even so.
@@ -350,6 +382,34 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
     // Writing into a Vec cannot fail.
     let _ = enc.write_all(data);
     enc.finish().unwrap_or_default()
+}
+
+/// One gzip member holding `data` in stored (uncompressed) deflate blocks, RFC 1951
+/// §3.2.4, appended to `out`. For the per-scrape part of a body (~1 KB of histogram):
+/// a deflate compressor allocates and clears a few hundred KB of window and hash
+/// tables before its first byte, which cost 3-4 times the rest of a cached scrape;
+/// a stored block costs one CRC-32 and a copy, and the ~700 bytes it leaves
+/// uncompressed are noise next to the device part.
+pub fn gzip_stored(data: &[u8], out: &mut Vec<u8>) {
+    // ID1 ID2, CM = deflate, no flags, MTIME 0, XFL 0, OS unknown (RFC 1952 §2.3).
+    out.extend_from_slice(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
+    let mut blocks = data.chunks(usize::from(u16::MAX)).peekable();
+    if blocks.peek().is_none() {
+        // Even an empty member needs one final block.
+        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    while let Some(block) = blocks.next() {
+        let last = blocks.peek().is_none();
+        // `chunks` keeps every block within u16.
+        let len = block.len() as u16;
+        out.push(u8::from(last)); // BFINAL, BTYPE 00 (stored), then byte-aligned
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(block);
+    }
+    out.extend_from_slice(&crc32fast::hash(data).to_le_bytes());
+    // ISIZE is the length modulo 2^32.
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
 }
 
 /// Render the device families without caching (benchmarks use this directly).
@@ -505,26 +565,27 @@ fn process_family<'a, S: Sink<'a>>(
     }
 }
 
-/// The exporter's own metrics, rendered per scrape.
-pub fn self_metrics(snap: &Snapshot, stats: ScrapeStats, fmt: Format, out: &mut Vec<u8>) {
+/// The per-scrape part of a body, appended to `out`: the scrape-duration histogram,
+/// and in OpenMetrics the closing `# EOF`, which must come last.
+pub fn scrape_part(stats: ScrapeStats, fmt: Format, out: &mut Vec<u8>) {
     match fmt {
         Format::Text | Format::OpenMetrics => {
-            walk_self_metrics(snap, stats, &mut TextSink::new(out, fmt));
+            walk_scrape_metrics(stats, &mut TextSink::new(out, fmt));
         }
         Format::Protobuf => {
             let mut sink = protobuf::ProtoSink::new(out);
-            walk_self_metrics(snap, stats, &mut sink);
+            walk_scrape_metrics(stats, &mut sink);
             sink.finish();
         }
     }
+    if fmt == Format::OpenMetrics {
+        out.extend_from_slice(b"# EOF\n");
+    }
 }
 
-/// The exporter's own families, in order, into `sink`.
-pub(crate) fn walk_self_metrics<'a, S: Sink<'a>>(
-    snap: &'a Snapshot,
-    stats: ScrapeStats,
-    sink: &mut S,
-) {
+/// The exporter's own families that change only with the snapshot, in order, into
+/// `sink`; [`walk_scrape_metrics`] follows them.
+pub(crate) fn walk_snapshot_metrics<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &mut S) {
     // One unlabelled sample of our own: `name` without the prefix.
     let scalar = |sink: &mut S, ty: MetricType, name: &str, help: &str, v: f64| {
         sink.family(&format!("{PREFIX}{name}"), ty, help);
@@ -637,6 +698,10 @@ pub(crate) fn walk_self_metrics<'a, S: Sink<'a>>(
             sink.sample("", &[("field", field)], Sample::Uint(*n));
         }
     }
+}
+
+/// The exporter's own families that change with every scrape, into `sink`.
+pub(crate) fn walk_scrape_metrics<'a, S: Sink<'a>>(stats: ScrapeStats, sink: &mut S) {
     sink.histogram(
         &format!("{PREFIX}scrape_duration_seconds"),
         "Time to build the /metrics response, excluding this scrape.",
@@ -648,9 +713,13 @@ pub(crate) fn walk_self_metrics<'a, S: Sink<'a>>(
 }
 
 /// A whole scrape body. `include_devices` is false when the snapshot is too old to
-/// be trusted (a hung source), so stale readings are never served as current. With
-/// `gzip`, the body is gzip-compressed (the device part compressed once per snapshot).
-/// In protobuf both parts are runs of delimited messages, so their concatenation is one.
+/// be trusted (a hung source), so stale readings are never served as current.
+///
+/// The body is [`cached_part`] then [`scrape_part`]. With `gzip_body` it is the cached
+/// gzip member ([`cached_part_gzip`]) then the per-scrape part as a stored member
+/// ([`gzip_stored`]), so a scrape compresses nothing. In protobuf both parts are runs of
+/// delimited messages, so their concatenation is one; in OpenMetrics `# EOF` ends the
+/// per-scrape part, so it stays last.
 pub fn render(
     snap: &Snapshot,
     stats: ScrapeStats,
@@ -658,21 +727,22 @@ pub fn render(
     include_devices: bool,
     gzip_body: bool,
 ) -> Vec<u8> {
-    let mut tail = Vec::with_capacity(2048);
-    self_metrics(snap, stats, fmt, &mut tail);
-    if fmt == Format::OpenMetrics {
-        tail.extend_from_slice(b"# EOF\n");
+    let mut tail = Vec::with_capacity(1024);
+    scrape_part(stats, fmt, &mut tail);
+    if gzip_body {
+        let cached = cached_part_gzip(snap, fmt, include_devices);
+        // Header, block header, CRC and size: 26 bytes of framing per stored block.
+        let mut out = Vec::with_capacity(cached.len() + tail.len() + 32);
+        out.extend_from_slice(cached);
+        gzip_stored(&tail, &mut out);
+        out
+    } else {
+        let cached = cached_part(snap, fmt, include_devices);
+        let mut out = Vec::with_capacity(cached.len() + tail.len());
+        out.extend_from_slice(cached);
+        out.extend_from_slice(&tail);
+        out
     }
-    let devices: &[u8] = match (include_devices, gzip_body) {
-        (false, _) => &[],
-        (true, false) => device_families(snap, fmt),
-        (true, true) => device_families_gzip(snap, fmt),
-    };
-    let tail = if gzip_body { gzip(&tail) } else { tail };
-    let mut out = Vec::with_capacity(devices.len() + tail.len());
-    out.extend_from_slice(devices);
-    out.extend_from_slice(&tail);
-    out
 }
 
 #[cfg(test)]

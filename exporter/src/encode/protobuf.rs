@@ -908,29 +908,97 @@ mod tests {
     }
 
     #[test]
-    fn device_part_is_cached_and_gzip_carries_the_same_bytes() {
+    fn the_cached_part_is_rendered_once_per_format_and_variant() {
         let snap = rich_snapshot();
-        let first = encode::device_families(&snap, Format::Protobuf).as_ptr();
+        let first = encode::cached_part(&snap, Format::Protobuf, true).as_ptr();
         assert_eq!(
-            encode::device_families(&snap, Format::Protobuf).as_ptr(),
+            encode::cached_part(&snap, Format::Protobuf, true).as_ptr(),
             first
         );
-        assert_ne!(encode::device_families(&snap, Format::Text).as_ptr(), first);
-        let plain = encode::render(&snap, stats(), Format::Protobuf, true, false);
-        let zipped = encode::render(&snap, stats(), Format::Protobuf, true, true);
-        let mut unzipped = Vec::new();
-        std::io::Read::read_to_end(
-            &mut flate2::read::MultiGzDecoder::new(zipped.as_slice()),
-            &mut unzipped,
-        )
-        .expect("gzip");
-        assert_eq!(unzipped, plain);
-        assert!(
-            zipped.len() * 4 < plain.len(),
-            "{} vs {}",
-            zipped.len(),
-            plain.len()
+        assert_ne!(
+            encode::cached_part(&snap, Format::Text, true).as_ptr(),
+            first
         );
+        assert_ne!(
+            encode::cached_part(&snap, Format::Protobuf, false).as_ptr(),
+            first
+        );
+    }
+
+    fn gunzip_all(body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(body), &mut out)
+            .expect("a valid gzip stream");
+        out
+    }
+
+    /// Every format, with and without devices: the gzip body is the snapshot's cached
+    /// member, untouched, then a per-scrape member, and a standard multi-member reader
+    /// reads exactly the plain body out of it, whatever the scrape statistics.
+    #[test]
+    fn a_gzip_body_is_the_cached_member_then_a_per_scrape_member() {
+        let snap = rich_snapshot();
+        let mut later = stats();
+        later.scrapes += 5;
+        later.buckets[2] += 5;
+        later.duration_seconds_sum += 0.25;
+        for fmt in [Format::Text, Format::OpenMetrics, Format::Protobuf] {
+            for include_devices in [true, false] {
+                let cached = encode::cached_part_gzip(&snap, fmt, include_devices);
+                let mut bodies = Vec::new();
+                for stats in [stats(), later] {
+                    let plain = encode::render(&snap, stats, fmt, include_devices, false);
+                    let zipped = encode::render(&snap, stats, fmt, include_devices, true);
+                    assert_eq!(gunzip_all(&zipped), plain, "{fmt:?} {include_devices}");
+                    assert!(
+                        zipped.starts_with(cached),
+                        "{fmt:?}: the snapshot's member leads the body"
+                    );
+                    // The same bytes, not a new compression of them.
+                    assert_eq!(
+                        encode::cached_part_gzip(&snap, fmt, include_devices).as_ptr(),
+                        cached.as_ptr()
+                    );
+                    assert_eq!(
+                        gunzip_all(cached),
+                        encode::cached_part(&snap, fmt, include_devices)
+                    );
+                    if fmt == Format::OpenMetrics {
+                        assert!(plain.ends_with(b"# EOF\n"));
+                        assert_eq!(
+                            plain.windows(6).filter(|w| w == b"# EOF\n").count(),
+                            1,
+                            "one # EOF, at the end"
+                        );
+                    }
+                    bodies.push(plain);
+                }
+                assert_ne!(bodies[0], bodies[1], "the histogram is per scrape");
+                if include_devices {
+                    assert!(
+                        cached.len() * 4 < bodies[0].len(),
+                        "{fmt:?}: {} vs {}",
+                        cached.len(),
+                        bodies[0].len()
+                    );
+                }
+            }
+        }
+    }
+
+    /// The hand-framed stored member, at the sizes where its block framing changes, read
+    /// by flate2's single-member reader.
+    #[test]
+    fn a_stored_gzip_member_reads_back_exactly() {
+        for len in [0usize, 1, 700, 65_535, 65_536, 140_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let mut member = b"prefix".to_vec();
+            encode::gzip_stored(&data, &mut member);
+            let mut back = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&member[6..]), &mut back)
+                .expect("valid gzip");
+            assert_eq!(back, data, "{len} bytes");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod nvml_backend;
 mod nvml_breadth;
 mod nvml_calls;
 mod nvml_fidelity;
+mod peers;
 mod prometheus;
 mod promtool;
 mod protobuf;
