@@ -1,8 +1,9 @@
 //! Where the adapter's data comes from, upstream of the [`crate::fleet`] snapshot:
 //!
-//! - [`scrape`]: the direct source, every exporter scraped over the Prometheus protobuf
-//!   exposition ([`exposition`]), the exporters found by [`discovery`] (EndpointSlices)
-//!   or given as URLs;
+//! - [`scrape`]: the direct source, every exporter followed sample by sample through
+//!   its long poll (or scraped every interval when it has none) over the Prometheus
+//!   protobuf exposition ([`exposition`]), the exporters found by [`discovery`]
+//!   (EndpointSlices) or given as URLs;
 //! - [`prometheus`]: the Prometheus-compatible source, instant queries;
 //! - [`derive`]: from series to per-pod values, shared by both;
 //! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
