@@ -1,11 +1,22 @@
 //! The HTTP side: `/metrics` renders the current snapshot, `/healthz` says the process
 //! is alive, `/readyz` says whether the GPU data is fresh, `/` links them.
+//!
+//! ## Long poll (issue 16)
+//!
+//! Every `/metrics` answer names its snapshot in [`GENERATION_HEADER`]. A client that
+//! sends the token it holds back as `?newer_than=TOKEN` is answered at once if a newer
+//! snapshot is published (or the token is from another process), else held until the
+//! next publication, at most `wait` (`?wait=1500ms`, default and cap
+//! [`MAX_HOLD_INTERVALS`] collect intervals); a hold that ends without a publication
+//! answers `304 Not Modified` with no body. So the metrics adapter learns of each
+//! sample within a round trip of it being taken instead of up to a scrape interval
+//! later, and is sent each snapshot once. Prometheus sends neither parameter and is
+//! answered as before.
 
 use crate::encode::{self, Format, SCRAPE_BUCKETS, ScrapeStats};
-use crate::snapshot::Snapshot;
-use arc_swap::ArcSwap;
+use crate::snapshot::SnapshotStore;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -16,8 +27,16 @@ use std::time::{Duration, Instant};
 /// Readings older than this many collect intervals are not served and make `/readyz` fail.
 pub const STALE_INTERVALS: u32 = 3;
 
+/// The response header naming the snapshot an answer carries; clients send it back as
+/// `?newer_than=`.
+pub const GENERATION_HEADER: &str = "x-snapshot-generation";
+
+/// The longest a `?newer_than=` request is held, in collect intervals: a sampler that
+/// has not published for this long is late, and the client should hear so.
+pub const MAX_HOLD_INTERVALS: u32 = 2;
+
 pub struct AppState {
-    pub store: Arc<ArcSwap<Snapshot>>,
+    pub store: Arc<SnapshotStore>,
     pub interval: Duration,
     pub openmetrics: bool,
     scrapes: AtomicU64,
@@ -26,7 +45,7 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(store: Arc<ArcSwap<Snapshot>>, interval: Duration, openmetrics: bool) -> AppState {
+    pub fn new(store: Arc<SnapshotStore>, interval: Duration, openmetrics: bool) -> AppState {
         AppState {
             store,
             interval,
@@ -162,21 +181,90 @@ fn negotiate(headers: &HeaderMap, openmetrics: bool) -> Format {
     }
 }
 
-async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// What a long-poll request asks: the token it holds and how long it may be held.
+#[derive(Debug, PartialEq)]
+struct Hold<'q> {
+    newer_than: &'q str,
+    wait: Duration,
+}
+
+/// `newer_than` and `wait` from the query string; `None` for an ordinary scrape. An
+/// unreadable `wait` is the cap, so a typo cannot make a request hang longer.
+fn hold_request(query: Option<&str>, cap: Duration) -> Option<Hold<'_>> {
+    let mut newer_than = None;
+    let mut wait = cap;
+    for pair in query?.split('&') {
+        match pair.split_once('=') {
+            Some(("newer_than", token)) if !token.is_empty() => newer_than = Some(token),
+            Some(("wait", w)) => {
+                wait = parse_wait(w).unwrap_or(cap).min(cap);
+            }
+            _ => {}
+        }
+    }
+    Some(Hold {
+        newer_than: newer_than?,
+        wait,
+    })
+}
+
+/// `1500ms`, `2s` or plain milliseconds.
+fn parse_wait(text: &str) -> Option<Duration> {
+    if let Some(ms) = text.strip_suffix("ms") {
+        ms.parse().ok().map(Duration::from_millis)
+    } else if let Some(s) = text.strip_suffix('s') {
+        s.parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+    } else {
+        text.parse().ok().map(Duration::from_millis)
+    }
+}
+
+async fn metrics(
+    State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    // Subscribe before loading, so a publication between the two still wakes the hold.
+    let mut published = state.store.subscribe();
+    let mut current = state.store.load_published();
+    let mut held = false;
+    if let Some(hold) = hold_request(query.as_deref(), state.interval * MAX_HOLD_INTERVALS) {
+        if hold.newer_than == state.store.token(current.generation) {
+            held = true;
+            let woke = tokio::time::timeout(hold.wait, published.changed()).await;
+            current = state.store.load_published();
+            if !matches!(woke, Ok(Ok(()))) {
+                // Nothing new within the wait: say so without a body.
+                return (
+                    StatusCode::NOT_MODIFIED,
+                    [(GENERATION_HEADER, state.store.token(current.generation))],
+                )
+                    .into_response();
+            }
+        }
+    }
+    // The scrape-duration histogram measures building the answer, not the hold.
     let started = Instant::now();
     let fmt = negotiate(&headers, state.openmetrics);
-    let snap = state.store.load_full();
+    let snap = &current.snapshot;
     let fresh = started.saturating_duration_since(snap.taken) <= state.max_age();
     let stats = state.scrape_stats();
     let gzip = accepts_gzip(&headers);
-    let body = encode::render(&snap, stats, fmt, fresh, gzip);
+    let body = encode::render(snap, stats, fmt, fresh, gzip);
     state.observe_scrape(started.elapsed());
     tracing::debug!(
         format = fmt.name(),
         gzip,
+        held,
+        generation = current.generation,
         bytes = body.len(),
         "served /metrics"
     );
+    let token = HeaderValue::from_str(&state.store.token(current.generation))
+        .unwrap_or_else(|_| HeaderValue::from_static("0"));
     let mut response = (
         [
             (
@@ -195,10 +283,10 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         body,
     )
         .into_response();
+    let headers = response.headers_mut();
+    headers.insert(GENERATION_HEADER, token);
     if gzip {
-        response
-            .headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     response
 }
@@ -307,6 +395,126 @@ mod tests {
         ] {
             assert_eq!(format_for(accept, openmetrics), want, "{accept}");
         }
+    }
+
+    fn store() -> Arc<SnapshotStore> {
+        let (plan, _) =
+            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "default").unwrap();
+        let empty = || crate::snapshot::Snapshot::empty(Arc::new(plan.clone()), "".into());
+        let store = Arc::new(SnapshotStore::new(empty()));
+        store.store(Arc::new(empty()));
+        store
+    }
+
+    const INTERVAL: Duration = Duration::from_secs(1);
+
+    /// GET `uri` on a router over `store`; (status, generation header, when answered).
+    async fn get(
+        store: &Arc<SnapshotStore>,
+        uri: &str,
+    ) -> (StatusCode, String, tokio::time::Instant) {
+        use tower::ServiceExt;
+        let app = router(Arc::new(AppState::new(store.clone(), INTERVAL, false)));
+        let request = axum::http::Request::get(uri)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let token = response.headers()[GENERATION_HEADER]
+            .to_str()
+            .unwrap()
+            .to_string();
+        (response.status(), token, tokio::time::Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_without_the_current_snapshot_is_answered_at_once() {
+        let store = store();
+        let start = tokio::time::Instant::now();
+        let (status, first, at) = get(&store, "/metrics").await;
+        assert_eq!((status, at), (StatusCode::OK, start));
+        assert_eq!(first, store.token(1));
+        store.store(store.load());
+        // An older token, and one from another process, are answered at once with the
+        // newest snapshot.
+        let other_boot = format!("0-{:x}", 2);
+        for held in [first.as_str(), other_boot.as_str()] {
+            let (status, token, at) = get(&store, &format!("/metrics?newer_than={held}")).await;
+            assert_eq!((status, at), (StatusCode::OK, start), "{held}");
+            assert_eq!(token, store.token(2));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_with_the_current_snapshot_is_held_until_the_next_one() {
+        let store = store();
+        let start = tokio::time::Instant::now();
+        let held = store.token(1);
+        let request = tokio::spawn({
+            let store = store.clone();
+            async move { get(&store, &format!("/metrics?newer_than={held}&wait=1500ms")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !request.is_finished(),
+            "held while nothing new is published"
+        );
+        store.store(store.load());
+        let (status, token, at) = request.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(token, store.token(2));
+        assert_eq!(
+            at - start,
+            Duration::from_millis(700),
+            "answered on publication"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_is_bounded_and_ends_without_a_body() {
+        let store = store();
+        let held = store.token(1);
+        for (query, want) in [
+            // As asked.
+            (
+                format!("newer_than={held}&wait=300ms"),
+                Duration::from_millis(300),
+            ),
+            (
+                format!("newer_than={held}&wait=0.5s"),
+                Duration::from_millis(500),
+            ),
+            // Never longer than the cap, whatever the client asks.
+            (
+                format!("newer_than={held}&wait=60s"),
+                INTERVAL * MAX_HOLD_INTERVALS,
+            ),
+            (format!("newer_than={held}"), INTERVAL * MAX_HOLD_INTERVALS),
+            (
+                format!("newer_than={held}&wait=soon"),
+                INTERVAL * MAX_HOLD_INTERVALS,
+            ),
+        ] {
+            let start = tokio::time::Instant::now();
+            let (status, token, at) = get(&store, &format!("/metrics?{query}")).await;
+            assert_eq!(status, StatusCode::NOT_MODIFIED, "{query}");
+            assert_eq!(token, held, "{query}");
+            assert_eq!(at - start, want, "{query}");
+        }
+    }
+
+    #[test]
+    fn hold_requests_are_read_from_the_query() {
+        let cap = Duration::from_secs(2);
+        assert_eq!(hold_request(None, cap), None);
+        assert_eq!(hold_request(Some("wait=1s"), cap), None);
+        assert_eq!(hold_request(Some("newer_than="), cap), None);
+        assert_eq!(
+            hold_request(Some("x=1&newer_than=ab-3&wait=250"), cap),
+            Some(Hold {
+                newer_than: "ab-3",
+                wait: Duration::from_millis(250)
+            })
+        );
     }
 
     #[test]

@@ -192,7 +192,7 @@ pub fn run(cli: Cli) -> Result<()> {
         .enable_time()
         .build()
         .map_err(Error::Serve)?;
-    let store = Arc::new(ArcSwap::from_pointee(Snapshot::empty(
+    let store = Arc::new(snapshot::SnapshotStore::new(Snapshot::empty(
         plan.clone(),
         build_labels.clone(),
     )));

@@ -13,10 +13,9 @@ use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_p
 use crate::attribution::pods::PodDirectory;
 use crate::catalog::{Convert, Quantity, Scope};
 use crate::counters::{ExportPlan, MetricKind};
-use crate::snapshot::{EntitySnapshot, Snapshot, Value, XidStat, push_label};
+use crate::snapshot::{EntitySnapshot, Snapshot, SnapshotStore, Value, XidStat, push_label};
 use crate::snapshot::{PodRef, PodShare, ProcessSnapshot};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
-use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -782,7 +781,7 @@ pub const HUNG_INTERVALS: u32 = 3;
 /// the exporter: after [`HUNG_INTERVALS`] intervals without a result this thread
 /// publishes a snapshot that says the source is hung (no device data, `source_up` 0,
 /// `source_hung` 1), and keeps doing so until the worker comes back.
-pub fn run(sampler: Sampler, store: Arc<ArcSwap<Snapshot>>, stop: Receiver<()>) {
+pub fn run(sampler: Sampler, store: Arc<SnapshotStore>, stop: Receiver<()>) {
     let interval = sampler.opts.interval;
     let budget = interval * HUNG_INTERVALS;
     let (tick_tx, tick_rx) = std::sync::mpsc::sync_channel::<()>(1);

@@ -4,6 +4,7 @@
 use crate::attribution::AttributionStatus;
 use crate::counters::ExportPlan;
 use crate::source::ProcessSample;
+use arc_swap::ArcSwap;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -202,6 +203,74 @@ impl Snapshot {
     pub fn success_age(&self, now: Instant) -> Option<Duration> {
         self.last_success
             .map(|(i, _)| now.saturating_duration_since(i))
+    }
+}
+
+/// The published snapshot and its generation: the sampler stores, scrapes load, and a
+/// scrape that asks for a snapshot newer than the one its client holds (the metrics
+/// adapter's long poll, see `http`) waits for the next publication.
+#[derive(Debug)]
+pub struct SnapshotStore {
+    current: ArcSwap<Published>,
+    /// Bumped after every publication; held requests wait on it.
+    published: tokio::sync::watch::Sender<u64>,
+    /// Tells this process's generations from an earlier one's, so a client holding a
+    /// generation from before a restart is answered at once.
+    boot: u64,
+}
+
+/// One publication.
+#[derive(Debug)]
+pub struct Published {
+    pub snapshot: Arc<Snapshot>,
+    /// 1 for the first publication of this process, then counting up.
+    pub generation: u64,
+}
+
+impl SnapshotStore {
+    pub fn new(first: Snapshot) -> SnapshotStore {
+        let boot = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        SnapshotStore {
+            current: ArcSwap::from_pointee(Published {
+                snapshot: Arc::new(first),
+                generation: 0,
+            }),
+            published: tokio::sync::watch::Sender::new(0),
+            boot,
+        }
+    }
+
+    /// Publish `snap` as the current snapshot, waking held requests.
+    pub fn store(&self, snap: Arc<Snapshot>) {
+        // Only the sampler publishes, so reading then writing the generation is not a race.
+        let generation = self.current.load().generation + 1;
+        self.current.store(Arc::new(Published {
+            snapshot: snap,
+            generation,
+        }));
+        self.published.send_replace(generation);
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.current.load().snapshot.clone()
+    }
+
+    /// The current snapshot with its generation.
+    pub fn load_published(&self) -> Arc<Published> {
+        self.current.load_full()
+    }
+
+    /// A receiver that sees every publication after this call.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.published.subscribe()
+    }
+
+    /// The opaque token clients hold for `generation`: `BOOT-GENERATION` in hex.
+    pub fn token(&self, generation: u64) -> String {
+        format!("{:x}-{generation:x}", self.boot)
     }
 }
 

@@ -192,11 +192,14 @@ pub struct Cli {
     #[arg(long, value_name = "PATH")]
     pub prometheus_ca_file: Option<std::path::PathBuf>,
 
-    /// How often to scrape every exporter: 2s, 500ms, or milliseconds.
+    /// How often to scrape an exporter that does not support the long poll (older
+    /// gpu-exporters, dcgm-exporter), and how long a gpu-exporter may hold a long poll
+    /// before answering that nothing is new: 2s, 500ms, or milliseconds. gpu-exporters
+    /// are followed sample by sample whatever this is.
     #[arg(long, default_value = "2s", value_parser = duration::parse_flag)]
     pub scrape_interval: Duration,
 
-    /// Bound on one scrape.
+    /// Bound on one scrape (a long poll may take this plus its hold).
     #[arg(long, default_value = "1500ms", value_parser = duration::parse_flag)]
     pub scrape_timeout: Duration,
 

@@ -1,8 +1,9 @@
 //! Where the adapter's data comes from, upstream of the [`crate::fleet`] snapshot:
 //!
-//! - [`scrape`]: the direct source, every exporter scraped over the Prometheus protobuf
-//!   exposition ([`exposition`]), the exporters found by [`discovery`] (EndpointSlices)
-//!   or given as URLs;
+//! - [`scrape`]: the direct source, every exporter followed sample by sample through
+//!   its long poll (or scraped every interval when it has none) over the Prometheus
+//!   protobuf exposition ([`exposition`]), the exporters found by [`discovery`]
+//!   (EndpointSlices) or given as URLs;
 //! - [`prometheus`]: the Prometheus-compatible source, instant queries;
 //! - [`derive`]: from series to per-pod values, shared by both;
 //! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
@@ -31,7 +32,9 @@ pub struct ResultLabel {
 }
 
 /// What the source loops record: one count per exporter scrape (per query round with the
-/// Prometheus source) by result, and how long each round took.
+/// Prometheus source) by result, and how long each round took (with the direct source,
+/// which follows each exporter on its own, each publication batch: from its first
+/// answer to the fleet view carrying it).
 #[derive(Clone, Debug)]
 pub struct SourceMetrics {
     scrapes: Family<ResultLabel, Counter>,
@@ -54,6 +57,12 @@ impl SourceMetrics {
         self.scrapes.get_or_create(&ResultLabel { result }).inc();
     }
 
+    /// A long poll the exporter ended without a newer snapshot (no body).
+    pub fn scraped_unchanged(&self) {
+        let result = "unchanged";
+        self.scrapes.get_or_create(&ResultLabel { result }).inc();
+    }
+
     pub fn round_took(&self, took: Duration) {
         self.round_duration.observe(took.as_secs_f64());
     }
@@ -62,12 +71,12 @@ impl SourceMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "source_scrapes",
-            "Exporter scrapes (Prometheus query rounds with --prometheus-url), by result",
+            "Exporter scrapes (Prometheus query rounds with --prometheus-url), by result: success, failure, or unchanged (a long poll the exporter ended without a newer snapshot)",
             self.scrapes.clone(),
         );
         registry.register_with_unit(
             "source_round_duration",
-            "Time one source round took, all exporters scraped concurrently",
+            "Time one source round took: with --prometheus-url one query round; scraping the exporters, one publication batch, from its first answer to the fleet view carrying it",
             Unit::Seconds,
             self.round_duration.clone(),
         );

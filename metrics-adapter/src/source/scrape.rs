@@ -1,22 +1,47 @@
-//! The direct source: scrape every exporter concurrently each interval, keep the
-//! latest per-pod values with when they were taken, and publish them atomically.
+//! The direct source: follow every exporter, keep the latest per-pod values with when
+//! they arrived, and publish them atomically in batches.
 //!
 //! A failed or slow exporter keeps its last values with their old timestamp, so they
 //! age out of answers after `--max-staleness` instead of vanishing at the first blip.
+//!
+//! ## Following each exporter (issue 16)
+//!
+//! Each target has its own task. A gpu-exporter names the snapshot it serves in the
+//! `X-Snapshot-Generation` response header; the task sends that token back as
+//! `?newer_than=TOKEN&wait=…`, and the exporter holds the request until it publishes a
+//! newer snapshot (or answers `304 Not Modified` once `wait` passes), so every sample
+//! reaches the adapter one round trip after the exporter takes it, and each snapshot is
+//! fetched and decoded once. A target that sends no token (an older exporter,
+//! dcgm-exporter, a plain file server) or answers the same snapshot again without
+//! holding is scraped every `--scrape-interval`, as before.
+//!
+//! Answers are decoded on the blocking pool one at a time and reported to the
+//! publisher, which rebuilds the fleet view at most once per [`COALESCE`]: with
+//! 1,250 exporters sampling once a second that is ~5 rebuilds a second instead of
+//! 1,250, at the cost of at most [`COALESCE`] of extra latency. An answer after a quiet
+//! spell is published at once.
 
 use super::derive::{Series, pod_values};
 use crate::error::Error;
 use crate::fleet::{Fleet, Observed, PodKey, PodValues};
 use arc_swap::ArcSwap;
-use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::mpsc;
 
-/// The most exporters scraped at once.
-const CONCURRENCY: usize = 256;
 /// Largest scrape body accepted (a big node's full scrape is ~200 KB).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// The response header in which a gpu-exporter names its snapshot.
+pub const GENERATION_HEADER: &str = "x-snapshot-generation";
+
+/// The longest the publisher waits after an answer for more to batch with it.
+pub const COALESCE: Duration = Duration::from_millis(200);
+
+/// The least time between the starts of two requests to one exporter, whatever it
+/// answers: a target that answers long polls at once cannot make its task spin.
+pub const MIN_GAP: Duration = Duration::from_millis(100);
 
 /// Turns a scrape body into series.
 pub type Decoder = fn(content_type: &str, body: &[u8]) -> Result<Vec<Series>, Error>;
@@ -75,38 +100,133 @@ pub type Client = super::http_client::Client;
 /// One exporter's pods, and when its answer arrived.
 type Scraped = (HashMap<PodKey, PodValues>, SystemTime, Instant);
 
-/// Fetch one exporter, then decode and derive its pods on the blocking pool, one body at
-/// a time (`decoding`): the CPU work of a round stays within one core and never queues
-/// in front of API requests on the async workers, and only one decoded body is alive at
-/// once instead of a whole round's.
-async fn scrape_one(
-    client: &Client,
-    url: &str,
-    opts: &ScrapeOptions,
-    authorization: Option<&axum::http::HeaderValue>,
+/// What one request to an exporter brought.
+enum Fetched {
+    /// A body, decoded, and the exporter's snapshot token if it sent one.
+    Body(Scraped, Option<String>),
+    /// A long poll that ended without a newer snapshot.
+    Unchanged,
+}
+
+/// What the per-target tasks share.
+struct Follow {
+    client: Client,
+    opts: ScrapeOptions,
     decode: Decoder,
-    decoding: &Arc<tokio::sync::Semaphore>,
-) -> Result<Scraped, Error> {
-    let mut request = axum::http::Request::get(url).header(axum::http::header::ACCEPT, opts.accept);
+    /// One body decoded at a time, on the blocking pool: the CPU work stays within one
+    /// core and never queues in front of API requests on the async workers, and only
+    /// one decoded body is alive at once.
+    decoding: tokio::sync::Semaphore,
+    /// The `Authorization` to send, re-read every interval (a rotated Secret applies
+    /// without a restart), or why there is none.
+    credentials: ArcSwap<Result<Option<axum::http::HeaderValue>, String>>,
+}
+
+/// A token fit to send back in a query string, else none (then the target is polled).
+fn usable_token(answer: &super::http_client::Answer) -> Option<String> {
+    let token = answer.headers.get(GENERATION_HEADER)?.to_str().ok()?;
+    let ok = !token.is_empty()
+        && token.len() <= 64
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    ok.then(|| token.to_string())
+}
+
+/// One request to `url`: a long poll when `held` names the snapshot we have.
+async fn fetch(
+    follow: &Follow,
+    url: &str,
+    held: Option<&str>,
+    authorization: Option<&axum::http::HeaderValue>,
+) -> Result<Fetched, Error> {
+    let opts = &follow.opts;
+    let (uri, timeout) = match held {
+        Some(token) => {
+            let join = if url.contains('?') { '&' } else { '?' };
+            // The exporter holds up to `wait`; the timeout covers the hold and a scrape.
+            let wait = opts.interval;
+            (
+                format!("{url}{join}newer_than={token}&wait={}ms", wait.as_millis()),
+                wait + opts.timeout,
+            )
+        }
+        None => (url.to_string(), opts.timeout),
+    };
+    let mut request =
+        axum::http::Request::get(uri.as_str()).header(axum::http::header::ACCEPT, opts.accept);
     if let Some(value) = authorization {
         request = request.header(axum::http::header::AUTHORIZATION, value);
     }
-    let answer = super::http_client::get(client, request, MAX_BODY_BYTES, opts.timeout).await?;
+    let answer = super::http_client::get(&follow.client, request, MAX_BODY_BYTES, timeout).await?;
     let (at, seen) = (SystemTime::now(), Instant::now());
+    if held.is_some() && answer.status == axum::http::StatusCode::NOT_MODIFIED {
+        return Ok(Fetched::Unchanged);
+    }
     if !answer.status.is_success() {
         return Err(Error::Scrape(format!("HTTP {}", answer.status)));
     }
+    let token = usable_token(&answer);
     let (content_type, body) = (answer.content_type, answer.body);
-    let _permit = decoding
+    let _permit = follow
+        .decoding
         .acquire()
         .await
         .map_err(|_| Error::Scrape("shutting down".into()))?;
+    let decode = follow.decode;
     let pods = tokio::task::spawn_blocking(move || {
         decode(&content_type, &body).map(|series| pod_values(&series))
     })
     .await
     .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
-    Ok((pods, at, seen))
+    Ok(Fetched::Body((pods, at, seen), token))
+}
+
+/// Follow one exporter until the task is aborted, reporting every answer or failure.
+async fn follow_target(
+    url: String,
+    follow: Arc<Follow>,
+    reports: mpsc::UnboundedSender<(String, Result<Scraped, Error>)>,
+) {
+    let interval = follow.opts.interval;
+    let mut held: Option<String> = None;
+    loop {
+        let started = tokio::time::Instant::now();
+        let credentials = follow.credentials.load_full();
+        let Ok(authorization) = credentials.as_ref() else {
+            // The publisher says why once; the values age out meanwhile.
+            tokio::time::sleep_until(started + interval).await;
+            continue;
+        };
+        let next = match fetch(&follow, &url, held.as_deref(), authorization.as_ref()).await {
+            Ok(Fetched::Unchanged) => {
+                follow.opts.metrics.scraped_unchanged();
+                started + MIN_GAP
+            }
+            Ok(Fetched::Body(scraped, token)) => {
+                // A new snapshot: ask for the next one straight away. No token, or the
+                // same one again unasked-for held: this target is polled.
+                let newer = token.is_some() && token != held;
+                held = token;
+                if reports.send((url.clone(), Ok(scraped))).is_err() {
+                    return;
+                }
+                if newer {
+                    started + MIN_GAP
+                } else {
+                    started + interval
+                }
+            }
+            Err(e) => {
+                held = None;
+                if reports.send((url.clone(), Err(e))).is_err() {
+                    return;
+                }
+                started + interval
+            }
+        };
+        tokio::time::sleep_until(next).await;
+    }
 }
 
 /// The scrape client for `opts` (http, or https with its TLS options); fails on an
@@ -115,99 +235,341 @@ pub fn client(opts: &ScrapeOptions) -> Result<Client, Error> {
     super::http_client::client(&opts.auth.tls, Some(opts.interval * 4))
 }
 
-/// Scrape forever with `client` (from [`client`]), publishing into `store` after every
-/// round.
+/// Follow every target with `client` (from [`client`]), publishing into `store` in
+/// batches; the targets and credentials are re-read every interval.
 pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Arc<ArcSwap<Fleet>>) {
-    // Per target: its pods and when, kept across rounds so a failure ages them out.
-    let mut per_target: HashMap<String, (HashMap<PodKey, PodValues>, SystemTime, Instant)> =
-        HashMap::new();
+    // Per target: its pods and when, kept across answers so a failure ages them out.
+    let mut per_target: HashMap<String, Scraped> = HashMap::new();
     let mut failing: HashMap<String, String> = HashMap::new();
     let mut credentials_error: Option<String> = None;
     let mut last_answer = None;
-    let decoding = Arc::new(tokio::sync::Semaphore::new(1));
+    let mut tasks: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let follow = Arc::new(Follow {
+        client,
+        opts: opts.clone(),
+        decode,
+        decoding: tokio::sync::Semaphore::new(1),
+        credentials: ArcSwap::from_pointee(Ok(None)),
+    });
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut targets = opts.targets.load_full();
+    // When the oldest unpublished answer arrived, if any.
+    let mut pending: Option<tokio::time::Instant> = None;
+    let mut last_publish = tokio::time::Instant::now() - COALESCE;
     loop {
-        ticker.tick().await;
-        let targets = opts.targets.load_full();
-        // Exporters that left (pod deleted, node drained) take their pods with them.
-        let current: std::collections::HashSet<&str> = targets.iter().map(String::as_str).collect();
-        per_target.retain(|url, _| current.contains(url.as_str()));
-        failing.retain(|url, _| current.contains(url.as_str()));
-        let authorization = match opts.auth.authorization() {
-            Ok(value) => {
-                credentials_error = None;
-                value
-            }
-            Err(e) => {
-                // Without credentials every exporter would answer 401: say why once,
-                // and let the values age out.
-                let e = e.to_string();
-                if credentials_error.as_ref() != Some(&e) {
-                    tracing::warn!(error = %e, "cannot scrape the exporters");
-                    credentials_error = Some(e);
+        let publish_at = pending.map(|_| last_publish + COALESCE);
+        tokio::select! {
+            _ = ticker.tick() => {
+                let credentials = opts.auth.authorization().map_err(|e| e.to_string());
+                match &credentials {
+                    Ok(_) => credentials_error = None,
+                    Err(e) => {
+                        // Without credentials every exporter would answer 401: say why
+                        // once, and let the values age out.
+                        if credentials_error.as_ref() != Some(e) {
+                            tracing::warn!(error = %e, "cannot scrape the exporters");
+                            credentials_error = Some(e.clone());
+                        }
+                    }
+                }
+                follow.credentials.store(Arc::new(credentials));
+                targets = opts.targets.load_full();
+                // Exporters that left (pod deleted, node drained) take their pods with them.
+                let current: std::collections::HashSet<&str> =
+                    targets.iter().map(String::as_str).collect();
+                tasks.retain(|url, task| {
+                    let keep = current.contains(url.as_str());
+                    if !keep {
+                        task.abort();
+                    }
+                    keep
+                });
+                for url in targets.iter() {
+                    if !tasks.contains_key(url) {
+                        let task = tokio::spawn(follow_target(
+                            url.clone(),
+                            follow.clone(),
+                            reports_tx.clone(),
+                        ));
+                        tasks.insert(url.clone(), task);
+                    }
+                }
+                let before = per_target.len() + failing.len();
+                per_target.retain(|url, _| current.contains(url.as_str()));
+                failing.retain(|url, _| current.contains(url.as_str()));
+                if per_target.len() + failing.len() != before || store.load().targets != targets.len() {
+                    pending.get_or_insert_with(tokio::time::Instant::now);
                 }
                 continue;
             }
+            report = reports.recv() => {
+                let Some((url, result)) = report else { return };
+                // An answer from a target that has just left is dropped.
+                if tasks.contains_key(&url) {
+                    record(&opts, &mut per_target, &mut failing, &mut last_answer, url, result);
+                    pending.get_or_insert_with(tokio::time::Instant::now);
+                }
+                if publish_at.is_none_or(|at| tokio::time::Instant::now() < at) {
+                    continue;
+                }
+            }
+            _ = async {
+                match publish_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        let first = pending.take();
+        last_publish = tokio::time::Instant::now();
+        publish(&store, &per_target, &failing, targets.len(), last_answer);
+        if let Some(first) = first {
+            opts.metrics.round_took(last_publish - first);
+        }
+    }
+}
+
+/// Note one target's answer or failure.
+fn record(
+    opts: &ScrapeOptions,
+    per_target: &mut HashMap<String, Scraped>,
+    failing: &mut HashMap<String, String>,
+    last_answer: &mut Option<Instant>,
+    url: String,
+    result: Result<Scraped, Error>,
+) {
+    opts.metrics.scraped(result.is_ok());
+    match result {
+        Ok(scraped) => {
+            *last_answer = Some(scraped.2);
+            if failing.remove(&url).is_some() {
+                tracing::info!(target = %url, "exporter answers again");
+            }
+            per_target.insert(url, scraped);
+        }
+        Err(e) => {
+            if !failing.contains_key(&url) {
+                tracing::warn!(target = %url, error = %e, "exporter scrape failed; its pods' values age out after the staleness limit");
+            }
+            failing.insert(url, e.to_string());
+        }
+    }
+}
+
+/// Swap in a new fleet view built from every target's latest answer.
+fn publish(
+    store: &ArcSwap<Fleet>,
+    per_target: &HashMap<String, Scraped>,
+    failing: &HashMap<String, String>,
+    targets: usize,
+    last_answer: Option<Instant>,
+) {
+    let mut pods = HashMap::new();
+    for (values, at, seen) in per_target.values() {
+        for (pod, v) in values {
+            pods.insert(
+                pod.clone(),
+                Observed {
+                    values: v.clone(),
+                    at: *at,
+                    seen: *seen,
+                },
+            );
+        }
+    }
+    let answered = per_target
+        .keys()
+        .filter(|u| !failing.contains_key(*u))
+        .count();
+    store.store(Arc::new(Fleet {
+        pods,
+        targets,
+        answered,
+        last_answer,
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::GpuMetric;
+    use axum::extract::{RawQuery, State};
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+    use std::sync::Mutex;
+
+    /// A test exporter: one pod's GPU utilisation, published as numbered generations.
+    #[derive(Default)]
+    struct Exporter {
+        /// (generation, utilisation)
+        current: Mutex<(u64, u64)>,
+        published: tokio::sync::Notify,
+        /// How it answers: with tokens and holds, tokens without holds, or plain.
+        tokens: bool,
+        holds: bool,
+        /// Query strings of every request.
+        queries: Mutex<Vec<String>>,
+    }
+
+    impl Exporter {
+        fn publish(&self, util: u64) {
+            let mut current = self.current.lock().unwrap();
+            *current = (current.0 + 1, util);
+            self.published.notify_waiters();
+        }
+
+        fn requests(&self) -> Vec<String> {
+            self.queries.lock().unwrap().clone()
+        }
+    }
+
+    async fn serve(State(ex): State<Arc<Exporter>>, RawQuery(query): RawQuery) -> Response {
+        let query = query.unwrap_or_default();
+        ex.queries.lock().unwrap().push(query.clone());
+        let held = query
+            .split('&')
+            .find_map(|p| p.strip_prefix("newer_than="))
+            .map(str::to_string);
+        if ex.holds && held == Some(ex.current.lock().unwrap().0.to_string()) {
+            let woke = ex.published.notified();
+            if tokio::time::timeout(Duration::from_secs(5), woke)
+                .await
+                .is_err()
+            {
+                return StatusCode::NOT_MODIFIED.into_response();
+            }
+        }
+        let (generation, util) = *ex.current.lock().unwrap();
+        let mut response = util.to_string().into_response();
+        if ex.tokens {
+            response
+                .headers_mut()
+                .insert(GENERATION_HEADER, generation.to_string().parse().unwrap());
+        }
+        response
+    }
+
+    /// The body is the utilisation of GPU-0, held by pod ml/a.
+    fn decode(_: &str, body: &[u8]) -> Result<Vec<Series>, Error> {
+        let value = std::str::from_utf8(body).unwrap().parse().unwrap();
+        Ok(vec![Series {
+            name: "DCGM_FI_DEV_GPU_UTIL".into(),
+            labels: [("UUID", "GPU-0"), ("namespace", "ml"), ("pod", "a")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+            value,
+        }])
+    }
+
+    /// An exporter answering as `ex` says, followed by the real loop at `interval`.
+    async fn follow(ex: Arc<Exporter>, interval: Duration) -> Arc<ArcSwap<Fleet>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .route("/metrics", axum::routing::get(serve))
+            .with_state(ex);
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let opts = ScrapeOptions {
+            targets: Arc::new(ArcSwap::from_pointee(vec![url])),
+            interval,
+            timeout: Duration::from_secs(5),
+            accept: "*/*",
+            auth: ExporterAuth::default(),
+            metrics: Default::default(),
         };
-        let authorization = authorization.as_ref();
-        let round_started = Instant::now();
-        let results: Vec<(String, Result<Scraped, Error>)> =
-            futures_util::stream::iter(targets.iter().cloned())
-                .map(|url| {
-                    let client = &client;
-                    let opts = &opts;
-                    let decoding = &decoding;
-                    async move {
-                        let r =
-                            scrape_one(client, &url, opts, authorization, decode, decoding).await;
-                        (url, r)
-                    }
-                })
-                .buffer_unordered(CONCURRENCY)
-                .collect()
-                .await;
-        opts.metrics.round_took(round_started.elapsed());
-        let mut answered = 0;
-        for (url, result) in results {
-            opts.metrics.scraped(result.is_ok());
-            match result {
-                Ok(scraped) => {
-                    answered += 1;
-                    if failing.remove(&url).is_some() {
-                        tracing::info!(target = %url, "exporter answers again");
-                    }
-                    per_target.insert(url, scraped);
-                }
-                Err(e) => {
-                    if !failing.contains_key(&url) {
-                        tracing::warn!(target = %url, error = %e, "exporter scrape failed; its pods' values age out after the staleness limit");
-                    }
-                    failing.insert(url, e.to_string());
-                }
+        let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
+        let client = client(&opts).unwrap();
+        tokio::spawn(run(opts, client, decode, fleet.clone()));
+        fleet
+    }
+
+    fn utilization(fleet: &ArcSwap<Fleet>) -> Option<f64> {
+        let key = ("ml".to_string(), "a".to_string());
+        fleet
+            .load()
+            .pods
+            .get(&key)?
+            .values
+            .values
+            .get(&GpuMetric::Utilization)
+            .copied()
+    }
+
+    async fn until_utilization(fleet: &ArcSwap<Fleet>, want: f64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while utilization(fleet) != Some(want) {
+            assert!(tokio::time::Instant::now() < deadline, "never saw {want}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// With an hour between polls, only the long poll can bring new samples in: each
+    /// publication reaches the fleet view, and each request names the snapshot held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_polling_exporter_delivers_every_publication() {
+        let ex = Arc::new(Exporter {
+            tokens: true,
+            holds: true,
+            ..Exporter::default()
+        });
+        ex.publish(10);
+        let fleet = follow(ex.clone(), Duration::from_secs(3600)).await;
+        until_utilization(&fleet, 10.0).await;
+        for util in 11..16 {
+            // Publish only once the adapter's request for the next snapshot is held.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            let generation = ex.current.lock().unwrap().0;
+            while !ex
+                .requests()
+                .iter()
+                .any(|q| q.starts_with(&format!("newer_than={generation}&")))
+            {
+                assert!(tokio::time::Instant::now() < deadline, "no held request");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            ex.publish(util);
+            until_utilization(&fleet, util as f64).await;
+        }
+        let requests = ex.requests();
+        assert_eq!(requests[0], "", "the first request is a plain scrape");
+        assert!(
+            requests[1..].iter().all(|q| q.contains("&wait=3600000ms")),
+            "{requests:?}"
+        );
+    }
+
+    /// Exporters without the protocol are scraped every interval and never sent a token;
+    /// one that sends tokens but answers at once is not asked again before the interval.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exporters_without_long_polls_are_scraped_every_interval() {
+        for tokens in [false, true] {
+            let ex = Arc::new(Exporter {
+                tokens,
+                holds: false,
+                ..Exporter::default()
+            });
+            ex.publish(20);
+            let interval = Duration::from_millis(200);
+            let started = tokio::time::Instant::now();
+            let fleet = follow(ex.clone(), interval).await;
+            until_utilization(&fleet, 20.0).await;
+            ex.publish(21);
+            until_utilization(&fleet, 21.0).await;
+            ex.publish(22);
+            until_utilization(&fleet, 22.0).await;
+            let requests = ex.requests();
+            let bound = (started.elapsed().as_secs_f64() / interval.as_secs_f64()) as usize + 2;
+            assert!(
+                requests.len() <= bound,
+                "tokens {tokens}: {} requests in {:?}",
+                requests.len(),
+                started.elapsed()
+            );
+            if !tokens {
+                assert!(requests.iter().all(String::is_empty), "{requests:?}");
             }
         }
-        if answered > 0 {
-            last_answer = Some(Instant::now());
-        }
-        let mut pods = HashMap::new();
-        for (values, at, seen) in per_target.values() {
-            for (pod, v) in values {
-                pods.insert(
-                    pod.clone(),
-                    Observed {
-                        values: v.clone(),
-                        at: *at,
-                        seen: *seen,
-                    },
-                );
-            }
-        }
-        store.store(Arc::new(Fleet {
-            pods,
-            targets: targets.len(),
-            answered,
-            last_answer,
-        }));
     }
 }

@@ -555,3 +555,56 @@ fn ureq_post(url: &str) -> (u16, String) {
     let (body, code) = text.rsplit_once('\n').expect("status line");
     (code.trim().parse().expect("status code"), body.to_string())
 }
+
+/// Issue 16: the adapter follows a gpu-exporter sample by sample through the long poll.
+/// With `--scrape-interval 1h` a polling adapter would fetch once; instead every
+/// sample (every 200 ms here) arrives, through requests the exporter holds until it
+/// publishes.
+#[test]
+fn the_adapter_long_polls_the_exporter_sample_by_sample() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let e = e2e_tests::attributed_exporter_with(
+        &node,
+        SCENARIO,
+        &["--log-level", "info,gpu_exporter::http=debug"],
+    );
+    let a = adapter_with_interval(&e, &node, "1h");
+    let successes = || {
+        let (status, text) = get(&format!("{}/metrics", a.base));
+        assert_eq!(status, 200, "{text}");
+        sample_value(
+            &text,
+            "gpu_metrics_adapter_source_scrapes_total{result=\"success\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    wait_for(
+        "the adapter to receive 10 samples",
+        Duration::from_secs(30),
+        || (successes() >= 10.0).then_some(()),
+    );
+    let pods = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization";
+    assert_eq!(a.get(pods).0, 200);
+    let log = e.process.log();
+    let held = log
+        .lines()
+        .filter(|l| l.contains("served /metrics") && l.contains("held=true"))
+        .count();
+    // Each request after the first names the snapshot the adapter holds; the exporter
+    // holds it unless a newer one was published meanwhile (a loaded machine).
+    assert!(held >= 1, "no held answer in the exporter's log:\n{log}");
+}
+
+/// The adapter scraping `exporter` with `--scrape-interval interval`.
+fn adapter_with_interval(exporter: &Exporter, node: &KubeNode, interval: &str) -> Adapter {
+    let url = exporter.url("/metrics");
+    let kubeconfig = node.kubeconfig().display().to_string();
+    Adapter::start(&[
+        "--exporter-url",
+        &url,
+        "--scrape-interval",
+        interval,
+        "--kubeconfig",
+        &kubeconfig,
+    ])
+}
