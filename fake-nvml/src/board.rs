@@ -584,6 +584,28 @@ pub unsafe extern "C" fn nvmlDeviceGetInforomConfigurationChecksum(
     })
 }
 
+/// An engine the model does not simulate (JPEG, OFA): idle, 0 %, over the usual
+/// sampling period.
+///
+/// # Safety
+/// Both pointers are null or valid for writing one `c_uint`.
+unsafe fn idle_engine(
+    device: nvmlDevice_t,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: per this function's contract.
+    let (a, b) = unsafe { (Out::new(utilization), Out::new(sampling_period_us)) };
+    device_call(device, |d| {
+        d.reading(Capability::Utilization)?;
+        if a.is_null() || b.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        a.set(0)?;
+        b.set(crate::device::CODEC_SAMPLING_PERIOD_US)
+    })
+}
+
 /// Not modelled: idle (0 %) over the usual sampling period.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetJpgUtilization(
@@ -593,15 +615,7 @@ pub unsafe extern "C" fn nvmlDeviceGetJpgUtilization(
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetJpgUtilization");
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
-    let (a, b) = unsafe { (Out::new(utilization), Out::new(samplingPeriodUs)) };
-    device_call(device, |d| {
-        d.reading(Capability::Utilization)?;
-        if a.is_null() || b.is_null() {
-            return Err(INVALID_ARGUMENT);
-        }
-        a.set(0)?;
-        b.set(crate::device::CODEC_SAMPLING_PERIOD_US)
-    })
+    unsafe { idle_engine(device, utilization, samplingPeriodUs) }
 }
 
 /// Distance from the GPU temperature to the slowdown threshold; the version word must
@@ -731,15 +745,7 @@ pub unsafe extern "C" fn nvmlDeviceGetOfaUtilization(
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetOfaUtilization");
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
-    let (a, b) = unsafe { (Out::new(utilization), Out::new(samplingPeriodUs)) };
-    device_call(device, |d| {
-        d.reading(Capability::Utilization)?;
-        if a.is_null() || b.is_null() {
-            return Err(INVALID_ARGUMENT);
-        }
-        a.set(0)?;
-        b.set(crate::device::CODEC_SAMPLING_PERIOD_US)
-    })
+    unsafe { idle_engine(device, utilization, samplingPeriodUs) }
 }
 
 /// Enabled, as on a data-centre node.

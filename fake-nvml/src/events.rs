@@ -217,6 +217,17 @@ pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     })
 }
 
+/// The newer event interfaces: the set must exist; the model has no operational events
+/// to give them.
+fn operational_events_unsupported(set: nvmlEventSet_t) -> nvmlReturn_t {
+    system_call(|sim, _| {
+        sim.event_sets
+            .with(set as usize, |_| ())
+            .ok_or(INVALID_ARGUMENT)?;
+        Err(NOT_SUPPORTED)
+    })
+}
+
 /// Newer event interfaces: the set must exist; the model has no operational events to give them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetGetContextCount_v1(
@@ -224,12 +235,7 @@ pub unsafe extern "C" fn nvmlEventSetGetContextCount_v1(
     _params: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlEventSetGetContextCount_v1");
-    system_call(|sim, _| {
-        sim.event_sets
-            .with(set as usize, |_| ())
-            .ok_or(INVALID_ARGUMENT)?;
-        Err(NOT_SUPPORTED)
-    })
+    operational_events_unsupported(set)
 }
 
 /// Newer event interfaces: the set must exist; the model has no operational events to give them.
@@ -239,12 +245,7 @@ pub unsafe extern "C" fn nvmlEventSetGetContextData_v1(
     _params: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlEventSetGetContextData_v1");
-    system_call(|sim, _| {
-        sim.event_sets
-            .with(set as usize, |_| ())
-            .ok_or(INVALID_ARGUMENT)?;
-        Err(NOT_SUPPORTED)
-    })
+    operational_events_unsupported(set)
 }
 
 /// Newer event interfaces: the set must exist; the model has no operational events to give them.
@@ -254,12 +255,7 @@ pub unsafe extern "C" fn nvmlEventSetGetContextInfo_v1(
     _params: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlEventSetGetContextInfo_v1");
-    system_call(|sim, _| {
-        sim.event_sets
-            .with(set as usize, |_| ())
-            .ok_or(INVALID_ARGUMENT)?;
-        Err(NOT_SUPPORTED)
-    })
+    operational_events_unsupported(set)
 }
 
 /// Newer event interfaces: the set must exist; the model has no operational events to give them.
@@ -269,12 +265,7 @@ pub unsafe extern "C" fn nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1(
     _params: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1");
-    system_call(|sim, _| {
-        sim.event_sets
-            .with(set as usize, |_| ())
-            .ok_or(INVALID_ARGUMENT)?;
-        Err(NOT_SUPPORTED)
-    })
+    operational_events_unsupported(set)
 }
 
 /// Newer event interfaces: the set must exist; the model has no operational events to give them.
@@ -284,12 +275,7 @@ pub unsafe extern "C" fn nvmlEventSetRegisterGpuOperationalEvents_v1(
     _config: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlEventSetRegisterGpuOperationalEvents_v1");
-    system_call(|sim, _| {
-        sim.event_sets
-            .with(set as usize, |_| ())
-            .ok_or(INVALID_ARGUMENT)?;
-        Err(NOT_SUPPORTED)
-    })
+    operational_events_unsupported(set)
 }
 
 /// Newer event interfaces: the set must exist; the model has no operational events to give them.
@@ -299,10 +285,5 @@ pub unsafe extern "C" fn nvmlEventSetWait_v3(
     _params: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlEventSetWait_v3");
-    system_call(|sim, _| {
-        sim.event_sets
-            .with(set as usize, |_| ())
-            .ok_or(INVALID_ARGUMENT)?;
-        Err(NOT_SUPPORTED)
-    })
+    operational_events_unsupported(set)
 }
