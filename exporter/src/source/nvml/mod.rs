@@ -980,6 +980,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_mig_layout_is_the_same_by_instance_ids_not_by_handles() {
+        let inst = |slot, handle, gi, ci| MigInstance {
+            slot,
+            handle: Handle(handle),
+            gpu_instance: gi,
+            compute_instance: ci,
+        };
+        let discovered = [inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 0)];
+        // Handles may be handed out anew; the same instances are the same layout.
+        assert!(same_layout(
+            &[inst(0, 0x30, 7, 0), inst(1, 0x40, 8, 0)],
+            &discovered
+        ));
+        // An instance destroyed, created, recreated with another GI or CI, or moved.
+        assert!(!same_layout(&discovered[..1], &discovered));
+        assert!(!same_layout(
+            &[discovered[0], discovered[1], inst(2, 0x50, 9, 0)],
+            &discovered
+        ));
+        assert!(!same_layout(
+            &[inst(0, 0x10, 7, 0), inst(1, 0x20, 9, 0)],
+            &discovered
+        ));
+        assert!(!same_layout(
+            &[inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 1)],
+            &discovered
+        ));
+        assert!(!same_layout(
+            &[inst(0, 0x10, 7, 0), inst(2, 0x20, 8, 0)],
+            &discovered
+        ));
+    }
+
+    #[test]
     fn mig_profile_names_follow_nvidia_naming() {
         let h100 = 81559;
         assert_eq!(mig_profile_name(1, 9856, h100), "1g.10gb");
