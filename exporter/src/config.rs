@@ -155,8 +155,10 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Log filter, as RUST_LOG (e.g. info, gpu_exporter=debug).
-    #[arg(long, env = "RUST_LOG", hide_env_values = true, default_value = "info")]
+    /// Log filter: a level (off, error, warn, info, debug, trace) or RUST_LOG
+    /// directives (e.g. info,gpu_exporter=debug); a malformed one stops startup.
+    #[arg(long, env = "RUST_LOG", hide_env_values = true, default_value = "info",
+          value_parser = kube_support::log_filter::parse)]
     pub log_level: String,
 }
 

@@ -52,6 +52,16 @@ fn help_matches_the_snapshot() {
 }
 
 #[test]
+fn a_malformed_log_level_stops_startup_instead_of_becoming_info() {
+    let (code, out) = run(&["--simulate", "--log-level", "verbose"], &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("\"verbose\" is not a level"), "{out}");
+    let (code, out) = run(&["--simulate"], &[("RUST_LOG", "gpu_exporter=loud")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("is not a log filter"), "{out}");
+}
+
+#[test]
 fn a_malformed_counters_line_names_file_line_and_fix() {
     let csv = scratch(
         "bad.csv",

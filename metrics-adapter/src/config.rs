@@ -211,8 +211,10 @@ pub struct Cli {
     #[arg(long, env = "KUBECONFIG", hide_env_values = true, value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
 
-    /// Log filter, as RUST_LOG.
-    #[arg(long, env = "RUST_LOG", hide_env_values = true, default_value = "info")]
+    /// Log filter: a level (off, error, warn, info, debug, trace) or RUST_LOG
+    /// directives (TARGET=LEVEL, comma-separated); a malformed one stops startup.
+    #[arg(long, env = "RUST_LOG", hide_env_values = true, default_value = "info",
+          value_parser = kube_support::log_filter::parse)]
     pub log_level: String,
 }
 

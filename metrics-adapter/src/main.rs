@@ -9,8 +9,8 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log_level)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            // Checked by clap (kube_support::log_filter::parse): every directive applies.
+            tracing_subscriber::EnvFilter::new(&cli.log_level),
         )
         .init();
     match gpu_metrics_adapter::run(cli) {

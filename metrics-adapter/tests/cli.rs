@@ -58,6 +58,7 @@ fn bad_flags_name_what_is_wrong() {
         (vec!["--scrape-interval", "2x"], "is not a duration"),
         (vec!["--scrape-interval", "2h"], "outside 10ms..1h"),
         (vec!["--prometheus-header", "no colon"], "Name: value"),
+        (vec!["--log-level", "verbose"], "\"verbose\" is not a level"),
         (
             vec!["--exporter-service", "just-a-name"],
             "exporter-service",
