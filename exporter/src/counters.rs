@@ -180,10 +180,12 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
 /// Read and plan a counters file.
 pub fn load(path: &Path) -> Result<(ExportPlan, Vec<PlanWarning>)> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| Error::CountersRead {
-        file: file.clone(),
-        source,
-    })?;
+    let text =
+        kube_support::config_file::read_to_string(path, kube_support::config_file::DEFAULT_LIMIT)
+            .map_err(|source| Error::CountersRead {
+            file: file.clone(),
+            source,
+        })?;
     plan(&text, &file)
 }
 

@@ -252,7 +252,11 @@ impl WebConfig {
     /// Read and validate `path`. The certificate, key and CA files it names are read
     /// by [`WebConfig::server_config`].
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| WebConfigError {
+        let text = kube_support::config_file::read_to_string(
+            path,
+            kube_support::config_file::DEFAULT_LIMIT,
+        )
+        .map_err(|e| WebConfigError {
             path: path.to_owned(),
             problem: format!("cannot read it: {e}"),
         })?;

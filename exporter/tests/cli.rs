@@ -62,6 +62,34 @@ fn a_malformed_log_level_stops_startup_instead_of_becoming_info() {
 }
 
 #[test]
+fn a_counters_path_that_is_no_regular_file_is_refused_at_once() {
+    let fifo = std::env::temp_dir().join(format!("gpu-exporter-cli-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    // A FIFO without a writer would block the read forever; /dev/zero would never end.
+    for (path, says) in [
+        ("/dev/zero", "a character device"),
+        (fifo.to_str().expect("utf-8"), "a FIFO"),
+    ] {
+        let (code, out) = run(&["--simulate", "-f", path, "-a", "127.0.0.1:0"], &[]);
+        assert_eq!(code, 1, "{path}: {out}");
+        assert!(
+            out.contains(&format!(
+                "cannot read counters file {path}: not a regular file (it is {says})"
+            )),
+            "{out}"
+        );
+    }
+    std::fs::remove_file(&fifo).expect("remove fifo");
+}
+
+#[test]
 fn a_malformed_counters_line_names_file_line_and_fix() {
     let csv = scratch(
         "bad.csv",

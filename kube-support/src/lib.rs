@@ -6,6 +6,7 @@
 //! - [`shutdown::signal`]: SIGINT or SIGTERM;
 //! - [`duration`]: Go's `time.ParseDuration`, the one grammar of every duration flag;
 //! - [`log_filter`]: the one grammar of `--log-level`, refused at startup when wrong;
+//! - [`config_file`]: configuration files read whole, regular files only, bounded;
 //! - [`watch`]: a watch that mirrors objects and restarts from a fresh list after
 //!   errors, with backoff;
 //! - [`selector`]: label selectors as `k8s.io/apimachinery` parses and matches them;
@@ -13,6 +14,7 @@
 //!   external scaler), generated once from `proto/`.
 
 mod client;
+pub mod config_file;
 pub mod duration;
 pub mod log_filter;
 pub mod proto;

@@ -157,7 +157,7 @@ async fn round(
 ) -> Result<Fleet, Error> {
     let token = match &opts.bearer_token_file {
         Some(p) => Some(
-            std::fs::read_to_string(p)
+            kube_support::config_file::read_to_string(p, kube_support::config_file::SECRET_LIMIT)
                 .map_err(|e| Error::Config(format!("{}: {e}", p.display())))?
                 .trim()
                 .to_string(),

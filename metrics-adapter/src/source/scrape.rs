@@ -78,7 +78,11 @@ impl ExporterAuth {
         let Some((user, file)) = &self.basic_auth else {
             return Ok(None);
         };
-        let password = std::fs::read_to_string(file).map_err(|e| {
+        let password = kube_support::config_file::read_to_string(
+            file,
+            kube_support::config_file::SECRET_LIMIT,
+        )
+        .map_err(|e| {
             Error::Config(format!(
                 "reading the exporter password {}: {e}",
                 file.display()
