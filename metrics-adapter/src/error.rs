@@ -49,6 +49,9 @@ pub enum Error {
     /// Every pod in scope has data, and all of it is older than `--max-staleness`.
     #[error("all {pods} pods have stale {metric} data")]
     Stale { pods: usize, metric: &'static str },
+    /// The pods exist but no exporter has reported them: never seen is not zero.
+    #[error("none of the {pods} pods has {metric} data yet: no exporter has reported them")]
+    NeverSeen { pods: usize, metric: &'static str },
 }
 
 impl Error {
@@ -57,9 +60,11 @@ impl Error {
         match self {
             Error::InvalidRequest(_) | Error::Selector(_) => Reason::BadRequest,
             Error::Unauthenticated(_) => Reason::Unauthorized,
-            Error::PodsUnknown | Error::Stale { .. } | Error::Scrape(_) | Error::Decode(_) => {
-                Reason::ServiceUnavailable
-            }
+            Error::PodsUnknown
+            | Error::Stale { .. }
+            | Error::NeverSeen { .. }
+            | Error::Scrape(_)
+            | Error::Decode(_) => Reason::ServiceUnavailable,
             Error::Config(_)
             | Error::Listen { .. }
             | Error::Io(_)
@@ -105,6 +110,14 @@ mod tests {
                 tonic::Code::Unavailable,
             ),
             (
+                Error::NeverSeen {
+                    pods: 1,
+                    metric: "gpu_utilization",
+                },
+                503,
+                tonic::Code::Unavailable,
+            ),
+            (
                 Error::Unauthenticated("no".into()),
                 401,
                 tonic::Code::Unauthenticated,
@@ -128,6 +141,10 @@ mod tests {
                 Error::InvalidRequest(m) => Error::InvalidRequest(m.clone()),
                 Error::PodsUnknown => Error::PodsUnknown,
                 Error::Stale { pods, metric } => Error::Stale {
+                    pods: *pods,
+                    metric,
+                },
+                Error::NeverSeen { pods, metric } => Error::NeverSeen {
                     pods: *pods,
                     metric,
                 },

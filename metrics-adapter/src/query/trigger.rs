@@ -143,6 +143,16 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
                 metric: t.metric.name(),
             });
         }
+        // Pods that no exporter has reported (unreachable since start, or not scraped
+        // yet) are an error, so that KEDA applies its `fallback` rather than scale on an
+        // invented 0. Only when no pod is covered at all (a workload at zero replicas)
+        // is the answer truly 0.
+        if a.missing > 0 {
+            return Err(Error::NeverSeen {
+                pods: a.missing,
+                metric: t.metric.name(),
+            });
+        }
         return Ok(0.0);
     }
     let values = a.values.iter().map(|v| v.value);
@@ -163,6 +173,66 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// The state a KEDA query sees: `reported` pods have fresh utilisation data; every
+    /// pod of `running` is known to the pod watch with `app=web`.
+    fn state(running: &[&str], reported: &[(&str, f64)]) -> AppState {
+        use crate::fleet::{Fleet, Observed, PodValues};
+        use crate::source::pods::{PodIndex, PodInfo};
+        let mut fleet = Fleet::default();
+        for (name, util) in reported {
+            let mut v = PodValues::default();
+            v.values.insert(GpuMetric::Utilization, *util);
+            fleet.pods.insert(
+                ("ns".into(), (*name).into()),
+                Observed {
+                    values: v,
+                    at: std::time::SystemTime::UNIX_EPOCH,
+                    seen: Instant::now(),
+                },
+            );
+        }
+        let mut pods = PodIndex {
+            synced: true,
+            up: true,
+            ..PodIndex::default()
+        };
+        for name in running {
+            pods.pods.insert(
+                ("ns".into(), (*name).into()),
+                PodInfo {
+                    labels: [("app".to_string(), "web".to_string())].into(),
+                    workloads: Vec::new(),
+                },
+            );
+        }
+        AppState {
+            fleet: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(fleet)),
+            pods: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(pods)),
+            staleness: std::time::Duration::from_secs(30),
+            window_seconds: 2,
+        }
+    }
+
+    #[test]
+    fn pods_never_reported_are_an_error_not_a_zero() {
+        let t = parse_trigger(&meta(&[
+            ("metric", "gpu_utilization"),
+            ("targetValue", "60"),
+            ("podSelector", "app=web"),
+        ]))
+        .unwrap();
+        let never = evaluate(&state(&["web-0", "web-1"], &[]), "ns", &t).unwrap_err();
+        assert!(
+            matches!(never, Error::NeverSeen { pods: 2, .. }),
+            "{never:?}"
+        );
+        // No pod at all (a workload at zero replicas) is a true 0 ...
+        assert_eq!(evaluate(&state(&[], &[]), "ns", &t).unwrap(), 0.0);
+        // ... and pods with data are summed, those without left out.
+        let some = state(&["web-0", "web-1"], &[("web-0", 70.0)]);
+        assert_eq!(evaluate(&some, "ns", &t).unwrap(), 70.0);
     }
 
     #[test]
