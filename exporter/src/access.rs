@@ -34,10 +34,18 @@ pub const UNAUTHENTICATED_PATHS: &[&str] = &["/healthz", "/readyz"];
 /// one read of a few small files every 2 s.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Verdicts remembered per (user, password) pair, as exporter-toolkit's cache: a bcrypt
-/// check costs 50–250 ms of CPU at the usual costs, and Prometheus sends the same
-/// credentials every scrape. The cache is per configuration: a reload starts a new one.
+/// Verified credentials remembered per (user, password) pair: a bcrypt check costs
+/// 50–250 ms of CPU at the usual costs, and Prometheus sends the same credentials every
+/// scrape. Unlike exporter-toolkit, failures are not remembered, so a flood of wrong
+/// passwords cannot evict the real ones and push Prometheus behind the bcrypt queue.
+/// The cache is per configuration: a reload starts a new one.
 const VERDICT_CACHE_ENTRIES: usize = 100;
+
+/// Requests that may wait for the one bcrypt slot; more are answered 429 at once, so a
+/// flood of unknown credentials queues at most this many checks (about a second at
+/// cost 10) ahead of a first-time legitimate client, and holds no memory or sockets
+/// waiting.
+const BCRYPT_QUEUE: usize = 8;
 
 /// The bcrypt cost of the decoy check for unknown users when the configured hashes give
 /// none (exporter-toolkit's decoy hash is cost 10).
@@ -49,6 +57,17 @@ pub struct Guard {
     /// One bcrypt check at a time, as exporter-toolkit's mutex: a flood of wrong
     /// passwords costs at most one core, and never an async worker.
     bcrypt: Semaphore,
+    /// Requests holding or waiting for `bcrypt`.
+    bcrypt_queue: std::sync::atomic::AtomicUsize,
+}
+
+/// What authentication decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Allowed,
+    Denied,
+    /// The bcrypt queue is full: try again later.
+    Busy,
 }
 
 struct Policy {
@@ -86,16 +105,18 @@ impl Policy {
         }
     }
 
-    fn cached(&self, key: &(String, Vec<u8>)) -> Option<bool> {
+    /// Whether these credentials were verified under this configuration.
+    fn verified(&self, key: &(String, Vec<u8>)) -> bool {
         self.verdicts
             .lock()
-            .ok()
-            .and_then(|mut cache| cache.get(key).copied())
+            .is_ok_and(|mut cache| cache.get(key) == Some(&true))
     }
 
+    /// Remember credentials that passed; failures are never cached (see
+    /// `VERDICT_CACHE_ENTRIES`).
     fn remember(&self, key: (String, Vec<u8>), verdict: bool) {
-        if let Ok(mut cache) = self.verdicts.lock() {
-            cache.put(key, verdict);
+        if verdict && let Ok(mut cache) = self.verdicts.lock() {
+            cache.put(key, true);
         }
     }
 
@@ -136,6 +157,7 @@ impl Guard {
         Guard {
             policy: ArcSwap::from_pointee(Policy::new(config)),
             bcrypt: Semaphore::new(1),
+            bcrypt_queue: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -144,25 +166,43 @@ impl Guard {
         self.policy.store(Arc::new(Policy::new(config)));
     }
 
-    async fn authenticate(&self, policy: Arc<Policy>, user: String, password: Vec<u8>) -> bool {
+    async fn authenticate(&self, policy: Arc<Policy>, user: String, password: Vec<u8>) -> Verdict {
+        use std::sync::atomic::Ordering;
         let key = (user, password);
-        if let Some(verdict) = policy.cached(&key) {
-            return verdict;
+        if policy.verified(&key) {
+            return Verdict::Allowed;
         }
+        if self.bcrypt_queue.fetch_add(1, Ordering::AcqRel) >= BCRYPT_QUEUE {
+            self.bcrypt_queue.fetch_sub(1, Ordering::AcqRel);
+            return Verdict::Busy;
+        }
+        // Leaves the queue however this future ends (a client that hangs up drops it).
+        struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _leave = Leave(&self.bcrypt_queue);
         let Ok(_permit) = self.bcrypt.acquire().await else {
-            return false;
+            return Verdict::Denied;
         };
-        // Another request with the same credentials may have checked them meanwhile.
-        if let Some(verdict) = policy.cached(&key) {
-            return verdict;
+        // Another request with the same credentials may have verified them meanwhile.
+        if policy.verified(&key) {
+            return Verdict::Allowed;
         }
-        tokio::task::spawn_blocking(move || {
+        let allowed = tokio::task::spawn_blocking(move || {
             let verdict = policy.verify(&key.0, &key.1);
             policy.remember(key, verdict);
             verdict
         })
         .await
-        .unwrap_or(false)
+        .unwrap_or(false);
+        if allowed {
+            Verdict::Allowed
+        } else {
+            Verdict::Denied
+        }
     }
 }
 
@@ -188,12 +228,14 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     } else if open || policy.users.is_empty() {
         next.run(request).await
     } else {
-        let allowed = match basic_credentials(request.headers()) {
+        let verdict = match basic_credentials(request.headers()) {
             Some((user, password)) => guard.authenticate(policy.clone(), user, password).await,
-            None => false,
+            None => Verdict::Denied,
         };
-        if allowed {
+        if verdict == Verdict::Allowed {
             next.run(request).await
+        } else if verdict == Verdict::Busy {
+            text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
         } else {
             let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
             r.headers_mut()
@@ -384,6 +426,63 @@ mod tests {
         h
     }
 
+    fn guard_for(user: &str, password: &str) -> Guard {
+        let hash = bcrypt::hash(password, 4).expect("hash");
+        let yaml = format!("basic_auth_users:\n  {user}: {hash}\n");
+        let config = WebConfig::parse(&yaml, std::path::Path::new("/web.yml")).expect("config");
+        Guard::new(&config)
+    }
+
+    #[tokio::test]
+    async fn wrong_passwords_cannot_evict_verified_credentials() {
+        let guard = guard_for("prom", "secret");
+        let policy = guard.policy.load_full();
+        let right = ("prom".to_string(), b"secret".to_vec());
+        let check = |user: &str, pw: &[u8]| {
+            guard.authenticate(policy.clone(), user.to_string(), pw.to_vec())
+        };
+        assert_eq!(check("prom", b"secret").await, Verdict::Allowed);
+        assert!(policy.verified(&right));
+        for i in 0..(VERDICT_CACHE_ENTRIES + 20) {
+            let wrong = format!("guess-{i}");
+            assert_eq!(check("prom", wrong.as_bytes()).await, Verdict::Denied);
+        }
+        assert!(
+            policy.verified(&right),
+            "a flood of failures evicted the real password"
+        );
+        assert!(!policy.verified(&("prom".to_string(), b"guess-0".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn a_full_bcrypt_queue_answers_busy_at_once() {
+        let guard = guard_for("prom", "secret");
+        let policy = guard.policy.load_full();
+        // Fill the queue as waiting requests would: the next one is turned away without
+        // a bcrypt check, and one leaving makes room again.
+        guard
+            .bcrypt_queue
+            .store(BCRYPT_QUEUE, std::sync::atomic::Ordering::Release);
+        let busy = guard
+            .authenticate(policy.clone(), "prom".into(), b"secret".to_vec())
+            .await;
+        assert_eq!(busy, Verdict::Busy);
+        guard
+            .bcrypt_queue
+            .store(BCRYPT_QUEUE - 1, std::sync::atomic::Ordering::Release);
+        let ok = guard
+            .authenticate(policy.clone(), "prom".into(), b"secret".to_vec())
+            .await;
+        assert_eq!(ok, Verdict::Allowed);
+        assert_eq!(
+            guard
+                .bcrypt_queue
+                .load(std::sync::atomic::Ordering::Acquire),
+            BCRYPT_QUEUE - 1,
+            "the check left the queue"
+        );
+    }
+
     #[test]
     fn base64_decodes_like_go() {
         assert_eq!(
@@ -479,37 +578,21 @@ mod tests {
         let guard = Guard::new(&config);
         let policy = guard.policy.load_full();
         assert_eq!(policy.decoy_cost, 4);
-        assert!(
-            guard
-                .authenticate(policy.clone(), "alice".into(), b"secret".to_vec())
-                .await
-        );
-        assert!(
-            !guard
-                .authenticate(policy.clone(), "alice".into(), b"wrong".to_vec())
-                .await
-        );
-        assert!(
-            !guard
-                .authenticate(policy.clone(), "bob".into(), b"secret".to_vec())
-                .await
-        );
-        assert_eq!(
-            policy.cached(&("alice".into(), b"secret".to_vec())),
-            Some(true)
-        );
-        assert_eq!(
-            policy.cached(&("alice".into(), b"wrong".to_vec())),
-            Some(false)
-        );
+        let check = |user: &str, pw: &[u8]| {
+            guard.authenticate(policy.clone(), user.to_string(), pw.to_vec())
+        };
+        assert_eq!(check("alice", b"secret").await, Verdict::Allowed);
+        assert_eq!(check("alice", b"wrong").await, Verdict::Denied);
+        assert_eq!(check("bob", b"secret").await, Verdict::Denied);
+        assert!(policy.verified(&("alice".into(), b"secret".to_vec())));
+        assert!(!policy.verified(&("alice".into(), b"wrong".to_vec())));
         // A reload starts afresh.
         guard.update(&config);
-        assert_eq!(
-            guard
+        assert!(
+            !guard
                 .policy
                 .load()
-                .cached(&("alice".into(), b"secret".to_vec())),
-            None
+                .verified(&("alice".into(), b"secret".to_vec()))
         );
     }
 }
