@@ -477,6 +477,10 @@ wait_for "the APIServices" 120 kubectl wait --for=condition=Available --timeout=
 
 if [ "${DEPLOY_EXAMPLES:-1}" = 1 ]; then
     kubectl apply --server-side --field-manager cluster.sh -k "$root/deploy/examples/hpa" >/dev/null
+    # `up` returns a cluster whose example is running: its pods bound by the scheduler
+    # and Running under kwok (on a busy machine that takes seconds after the apply).
+    wait_for "the example Deployment" 120 kubectl -n inference wait --for=condition=Available \
+        --timeout=1s deployment/resnet-inference
 fi
 
 cat >"$dir/env" <<EOF
