@@ -195,6 +195,18 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingPids(
     })
 }
 
+/// Accounting is off, so no process has statistics: `NOT_FOUND` once the handle and
+/// the out-pointer check out.
+fn no_accounting_stats(device: nvmlDevice_t, out_is_null: bool) -> nvmlReturn_t {
+    device_call(device, |d| {
+        board(d)?;
+        if out_is_null {
+            return Err(INVALID_ARGUMENT);
+        }
+        Err(NOT_FOUND)
+    })
+}
+
 /// Accounting is off: no process has statistics (`NOT_FOUND`), as for the v1 call.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(
@@ -202,13 +214,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats_v2(
     data: *mut std::ffi::c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetAccountingStats_v2");
-    device_call(device, |d| {
-        board(d)?;
-        if data.is_null() {
-            return Err(INVALID_ARGUMENT);
-        }
-        Err(NOT_FOUND)
-    })
+    no_accounting_stats(device, data.is_null())
 }
 
 /// Accounting is off: no process has statistics (`NOT_FOUND`).
@@ -219,13 +225,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAccountingStats(
     stats: *mut nvmlAccountingStats_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetAccountingStats");
-    device_call(device, |d| {
-        board(d)?;
-        if stats.is_null() {
-            return Err(INVALID_ARGUMENT);
-        }
-        Err(NOT_FOUND)
-    })
+    no_accounting_stats(device, stats.is_null())
 }
 
 /// The board's BAR1 aperture (a MIG instance: its share); each running process maps 2 MiB
