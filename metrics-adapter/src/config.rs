@@ -139,7 +139,7 @@ pub struct Cli {
 
     /// The exporter Service, NAMESPACE/NAME, whose EndpointSlices list the exporters to
     /// scrape when no --exporter-url is given.
-    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "gpu-monitoring/gpu-exporter", value_parser = parse_service)]
+    #[arg(long, value_name = "NAMESPACE/NAME", default_value = "gpu-exporter/gpu-exporter", value_parser = parse_service)]
     pub exporter_service: ServiceRef,
 
     /// The EndpointSlice port to scrape; a slice with a single port is scraped on it
@@ -158,7 +158,7 @@ pub struct Cli {
     pub exporter_ca_file: Option<PathBuf>,
 
     /// The name the exporters' certificates must carry, verified instead of the pod IP
-    /// they are scraped at, e.g. gpu-exporter.gpu-monitoring.svc.
+    /// they are scraped at, e.g. gpu-exporter.gpu-exporter.svc.
     #[arg(long, value_name = "NAME")]
     pub exporter_tls_server_name: Option<String>,
 

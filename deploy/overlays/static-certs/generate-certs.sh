@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Make a private CA and the adapter's serving certificate for overlays/static-certs:
+# Make a private CA, the adapter's serving certificate and KEDA's client certificate for
+# overlays/static-certs:
 #   ./generate-certs.sh [DIR]        (DIR defaults to certs/ beside this script)
-# writes DIR/ca.crt, DIR/ca.key, DIR/tls.crt and DIR/tls.key (ECDSA P-256). Only ca.crt,
-# tls.crt and tls.key go into the cluster; keep ca.key offline to re-issue tls.crt
-# (rerun with the same DIR: an existing CA is reused, the serving pair is replaced).
-# The serving certificate is valid for DAYS days (default 365): renew before then.
+# writes DIR/ca.crt, DIR/ca.key, DIR/tls.crt, DIR/tls.key, DIR/keda-client.crt and
+# DIR/keda-client.key (ECDSA P-256). Only ca.key stays out of the cluster; keep it
+# offline to re-issue the others (rerun with the same DIR: an existing CA is reused, both
+# pairs are replaced). The client certificate (clientAuth only) is what the adapter's
+# gRPC port requires of KEDA (--grpc-client-ca-file). Both certificates are valid for
+# DAYS days (default 365): renew before then.
 set -euo pipefail
 dir="${1:-$(cd "$(dirname "$0")" && pwd)/certs}"
 days="${DAYS:-365}"
@@ -23,7 +26,7 @@ fi
 openssl ecparam -name prime256v1 -genkey -noout -out "$dir/tls.key"
 openssl req -new -key "$dir/tls.key" -subj "/CN=${service}.${namespace}.svc" -out "$dir/tls.csr"
 ext="$(mktemp)"
-trap 'rm -f "$ext" "$dir/tls.csr"' EXIT
+trap 'rm -f "$ext" "$dir/tls.csr" "$dir/keda-client.csr"' EXIT
 cat >"$ext" <<EXT
 basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature
@@ -32,9 +35,19 @@ subjectAltName=DNS:${service}.${namespace}.svc,DNS:${service}.${namespace}.svc.c
 EXT
 openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
     -sha256 -days "$days" -extfile "$ext" -out "$dir/tls.crt" 2>/dev/null
+# KEDA's client certificate.
+openssl ecparam -name prime256v1 -genkey -noout -out "$dir/keda-client.key"
+openssl req -new -key "$dir/keda-client.key" -subj "/CN=keda" -out "$dir/keda-client.csr"
+cat >"$ext" <<EXT
+basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth
+EXT
+openssl x509 -req -in "$dir/keda-client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+    -CAcreateserial -sha256 -days "$days" -extfile "$ext" -out "$dir/keda-client.crt" 2>/dev/null
 rm -f "$dir/ca.srl"
-# The Secret is mounted 0440 for the adapter's group; the files here stay private.
-chmod 600 "$dir/ca.key" "$dir/tls.key"
-chmod 644 "$dir/ca.crt" "$dir/tls.crt"
-openssl verify -CAfile "$dir/ca.crt" "$dir/tls.crt" >/dev/null
-echo "wrote $dir/{ca.crt,ca.key,tls.crt,tls.key}"
+# The Secrets are mounted 0440 for the adapter's group; the files here stay private.
+chmod 600 "$dir/ca.key" "$dir/tls.key" "$dir/keda-client.key"
+chmod 644 "$dir/ca.crt" "$dir/tls.crt" "$dir/keda-client.crt"
+openssl verify -CAfile "$dir/ca.crt" "$dir/tls.crt" "$dir/keda-client.crt" >/dev/null
+echo "wrote $dir/{ca.crt,ca.key,tls.crt,tls.key,keda-client.crt,keda-client.key}"

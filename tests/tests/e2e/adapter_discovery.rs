@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
-const NAMESPACE: &str = "gpu-monitoring";
+const NAMESPACE: &str = "gpu-exporter";
 const TRAIN_0: &str =
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes";
 
@@ -172,7 +172,7 @@ fn without_exporter_urls_the_adapter_needs_kubernetes_access() {
     let log = process.log();
     assert!(
         log.contains("no --exporter-url")
-            && log.contains("EndpointSlices of gpu-monitoring/gpu-exporter"),
+            && log.contains("EndpointSlices of gpu-exporter/gpu-exporter"),
         "{log}"
     );
 }
