@@ -352,13 +352,13 @@ $plumbing
       \$patch: delete
       apiVersion: apps/v1
       kind: DaemonSet
-      metadata: {name: gpu-exporter, namespace: gpu-monitoring}
+      metadata: {name: gpu-exporter, namespace: gpu-exporter}
   - target: {kind: ServiceMonitor}
     patch: |
       \$patch: delete
       apiVersion: monitoring.coreos.com/v1
       kind: ServiceMonitor
-      metadata: {name: gpu-exporter, namespace: gpu-monitoring}
+      metadata: {name: gpu-exporter, namespace: gpu-exporter}
 EOF
     kubectl kustomize "$overlay" >"$overlay/rendered.yaml"
     kubectl apply --server-side --field-manager cluster.sh -f "$overlay/rendered.yaml" >/dev/null
@@ -395,8 +395,15 @@ cat >"\$work/rendered.yaml"
 "$bin/kubectl" kustomize "\$work"
 EOF
     chmod +x "$plugin/render.sh"
-    helm install gpu-exporter "$root/deploy/helm/gpu-exporter" -n gpu-monitoring \
-        --create-namespace --set serviceMonitor.enabled=false --wait --timeout 120s \
+    # The namespaces as deploy/README.md has a Helm user make them: the exporter's
+    # privileged (hostPath), the adapter's restricted, so Pod Security admission checks
+    # the adapter's pods (kwok plays them) against "restricted".
+    kubectl create namespace gpu-exporter >/dev/null
+    kubectl label namespace gpu-exporter pod-security.kubernetes.io/enforce=privileged >/dev/null
+    kubectl create namespace gpu-monitoring >/dev/null
+    kubectl label namespace gpu-monitoring pod-security.kubernetes.io/enforce=restricted >/dev/null
+    helm install gpu-exporter "$root/deploy/helm/gpu-exporter" -n gpu-exporter \
+        --set serviceMonitor.enabled=false --wait --timeout 120s \
         >>"$dir/logs/helm.log" 2>&1 ||
         fail "helm install gpu-exporter failed"
     helm install gpu-metrics-adapter "$root/deploy/helm/gpu-metrics-adapter" -n gpu-monitoring \
@@ -429,7 +436,7 @@ contexts:
 current-context: gpu-sim
 EOF
 }
-sa_kubeconfig "$dir/exporter.kubeconfig" gpu-monitoring gpu-exporter
+sa_kubeconfig "$dir/exporter.kubeconfig" gpu-exporter gpu-exporter
 sa_kubeconfig "$dir/adapter.kubeconfig" gpu-monitoring gpu-metrics-adapter
 
 # --- per node: fake kubelet and exporter -------------------------------------------

@@ -7,6 +7,7 @@
 //! from a real Prometheus scraping the exporter on a simulated node, the value its
 //! metricType and threshold need.
 
+use crate::rbac;
 use e2e_tests::hpa;
 use e2e_tests::quantity::milli_value;
 use e2e_tests::{
@@ -1226,6 +1227,292 @@ fn rbac_grants_what_the_code_needs_to_accounts_that_exist() {
     }
 }
 
+/// The rules of Kubernetes' bootstrap roles that deploy/ binds (its bootstrap policy;
+/// cluster.rs checks these against a real kube-apiserver's).
+pub(crate) const BUILTIN_ROLE_RULES: [(&str, &str, &[(&str, &str, &str)]); 2] = [
+    (
+        "ClusterRole",
+        "system:auth-delegator",
+        &[
+            ("create", "authentication.k8s.io", "tokenreviews"),
+            ("create", "authorization.k8s.io", "subjectaccessreviews"),
+        ],
+    ),
+    (
+        "Role",
+        "extension-apiserver-authentication-reader",
+        &[
+            ("get", "", "configmaps"),
+            ("list", "", "configmaps"),
+            ("watch", "", "configmaps"),
+        ],
+    ),
+];
+
+/// What `who` (namespace, name) is granted in `objs`, through every binding and the
+/// roles (deploy/'s own or bootstrap ones) they refer to: (verb, group, resource).
+pub(crate) fn granted(objs: &[Value], who: (&str, &str)) -> BTreeSet<rbac::Call> {
+    let mut out = BTreeSet::new();
+    for b in objs
+        .iter()
+        .filter(|o| matches!(kind(o), "RoleBinding" | "ClusterRoleBinding"))
+    {
+        if !arr(b, "/subjects")
+            .iter()
+            .any(|s| (str_at(s, "/namespace"), str_at(s, "/name")) == who)
+        {
+            continue;
+        }
+        let (role_kind, role_name) = (str_at(b, "/roleRef/kind"), str_at(b, "/roleRef/name"));
+        if let Some((_, _, rules)) = BUILTIN_ROLE_RULES
+            .iter()
+            .find(|(k, n, _)| (*k, *n) == (role_kind, role_name))
+        {
+            out.extend(rules.iter().map(|(v, g, r)| rbac::call(v, g, r)));
+            continue;
+        }
+        let role = objs
+            .iter()
+            .find(|o| {
+                kind(o) == role_kind
+                    && name(o) == role_name
+                    && (role_kind == "ClusterRole" || namespace(o) == namespace(b))
+            })
+            .unwrap_or_else(|| panic!("{} refers to missing {role_kind} {role_name}", name(b)));
+        for rule in arr(role, "/rules") {
+            for verb in arr(rule, "/verbs") {
+                for group in arr(rule, "/apiGroups") {
+                    for resource in arr(rule, "/resources") {
+                        out.insert(rbac::call(
+                            verb.as_str().unwrap_or_default(),
+                            group.as_str().unwrap_or_default(),
+                            resource.as_str().unwrap_or_default(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Issue 20, least privilege: each ServiceAccount is granted exactly the calls its
+/// binary's source makes (rbac.rs reads them), not one verb more and none missing; the
+/// HPA controller only `get` and `list` on the metrics APIs (cluster.rs checks what it
+/// really calls).
+#[test]
+fn rbac_grants_exactly_the_calls_in_the_code() {
+    let exporter_calls = rbac::calls_in(&workspace().join("exporter/src"));
+    let adapter_calls = rbac::calls_in(&workspace().join("metrics-adapter/src"));
+    // kube-support's plumbing calls only what it is handed, and only to list and watch.
+    let plumbing = rbac::calls_by_type(&workspace().join("kube-support/src"));
+    assert_eq!(
+        plumbing.keys().collect::<Vec<_>>(),
+        ["<generic>"],
+        "{plumbing:?}"
+    );
+    assert_eq!(
+        plumbing["<generic>"].iter().collect::<Vec<_>>(),
+        ["list", "watch"]
+    );
+    // The scanner found the calls the binaries are known to make (a scanner that found
+    // nothing would pass every comparison below).
+    assert!(
+        exporter_calls.contains(&rbac::call("watch", "", "pods")),
+        "{exporter_calls:?}"
+    );
+    assert!(
+        adapter_calls.contains(&rbac::call(
+            "create",
+            "authorization.k8s.io",
+            "subjectaccessreviews"
+        )),
+        "{adapter_calls:?}"
+    );
+    for overlay in OVERLAYS {
+        let objs = build(&format!("overlays/{overlay}"));
+        for (workload, calls) in [
+            (exporter_ds(&objs), &exporter_calls),
+            (adapter_deploy(&objs), &adapter_calls),
+        ] {
+            let who = (
+                namespace(workload),
+                str_at(pod_spec(workload), "/serviceAccountName"),
+            );
+            let grants = granted(&objs, who);
+            let unused: Vec<_> = grants.difference(calls).collect();
+            let unpermitted: Vec<_> = calls.difference(&grants).collect();
+            assert!(
+                unused.is_empty() && unpermitted.is_empty(),
+                "{overlay}: {who:?}: granted but never called {unused:?}; called but not granted {unpermitted:?}"
+            );
+        }
+        let hpa: BTreeSet<String> = granted(&objs, ("kube-system", "horizontal-pod-autoscaler"))
+            .into_iter()
+            .map(|(verb, group, resource)| {
+                assert!(
+                    group.ends_with(".metrics.k8s.io") && resource == "*",
+                    "{overlay}: HPA granted {verb} {group}/{resource}"
+                );
+                verb
+            })
+            .collect();
+        assert_eq!(
+            hpa.iter().collect::<Vec<_>>(),
+            ["get", "list"],
+            "{overlay}: the HPA controller reads, never watches"
+        );
+    }
+}
+
+/// Pod Security (issue 20): the adapter's namespace enforces "restricted"; the
+/// exporter's, "privileged" because of its hostPath, holds the exporter and nothing
+/// else. (cluster.rs has the real kube-apiserver admit and refuse the pods.)
+#[test]
+fn only_the_exporter_runs_in_a_privileged_namespace() {
+    for overlay in OVERLAYS {
+        let objs = build(&format!("overlays/{overlay}"));
+        let enforce = |ns: &str| {
+            let n = find(&objs, "Namespace", ns);
+            str_at(n, "/metadata/labels/pod-security.kubernetes.io~1enforce").to_string()
+        };
+        let exporter = exporter_ds(&objs);
+        let adapter = adapter_deploy(&objs);
+        assert_ne!(namespace(exporter), namespace(adapter), "{overlay}");
+        assert_eq!(enforce(namespace(adapter)), "restricted", "{overlay}");
+        assert_eq!(enforce(namespace(exporter)), "privileged", "{overlay}");
+        let in_privileged: Vec<String> = workloads(&objs)
+            .into_iter()
+            .filter(|(w, _)| namespace(w) == namespace(exporter))
+            .map(|(w, _)| format!("{}/{}", kind(w), name(w)))
+            .collect();
+        assert_eq!(in_privileged, ["DaemonSet/gpu-exporter"], "{overlay}");
+        // Every namespace an object names is one the overlay creates (or kube-system).
+        for o in &objs {
+            let ns = namespace(o);
+            assert!(
+                ns.is_empty()
+                    || ns == "kube-system"
+                    || objs.iter().any(|n| kind(n) == "Namespace" && name(n) == ns),
+                "{overlay}: {}/{} in namespace {ns}, which is not created",
+                kind(o),
+                name(o)
+            );
+        }
+    }
+}
+
+/// KEDA's gRPC port requires a client certificate in every overlay (issue 20): the
+/// adapter gets --grpc-client-ca-file from its serving Secret, never --grpc-insecure;
+/// each TLS source issues KEDA a client-only certificate from that CA; the example's
+/// TriggerAuthentication presents it.
+#[test]
+fn keda_grpc_requires_a_client_certificate_by_default() {
+    for overlay in OVERLAYS {
+        let objs = build(&format!("overlays/{overlay}"));
+        let d = adapter_deploy(&objs);
+        let spec = pod_spec(d);
+        let c = container(d, "adapter");
+        let a = args(c);
+        assert!(
+            !a.iter().any(|x| x == "--grpc-insecure"),
+            "{overlay}: {a:?}"
+        );
+        let ca = Path::new(
+            flag(&a, "--grpc-client-ca-file")
+                .unwrap_or_else(|| panic!("{overlay}: no --grpc-client-ca-file")),
+        );
+        let m = arr(c, "/volumeMounts")
+            .iter()
+            .find(|m| ca.parent() == Some(Path::new(str_at(m, "/mountPath"))))
+            .unwrap_or_else(|| panic!("{overlay}: {} is not mounted", ca.display()));
+        let secret = arr(spec, "/volumes")
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .map(|v| str_at(v, "/secret/secretName"))
+            .expect("the CA's volume");
+        let key = ca.file_name().and_then(|f| f.to_str()).expect("file name");
+        // The Secret holds that key: generated with it, or issued by cert-manager's CA
+        // Issuer (which writes ca.crt), as KEDA's client certificate is.
+        if let Some(s) = objs
+            .iter()
+            .find(|o| kind(o) == "Secret" && name(o) == secret)
+        {
+            assert!(
+                s["data"][key].is_string(),
+                "{overlay}: {secret} has no {key}"
+            );
+        } else {
+            let serving = all(&objs, "Certificate")
+                .into_iter()
+                .find(|x| str_at(x, "/spec/secretName") == secret)
+                .unwrap_or_else(|| panic!("{overlay}: nothing makes Secret {secret}"));
+            let issuer = str_at(serving, "/spec/issuerRef/name");
+            assert!(
+                find(&objs, "Issuer", issuer)["spec"]["ca"].is_object(),
+                "{overlay}: {issuer} is no CA Issuer (no ca.crt)"
+            );
+            assert_eq!(key, "ca.crt", "{overlay}");
+            let client = find(&objs, "Certificate", "gpu-metrics-adapter-keda-client");
+            assert_eq!(str_at(client, "/spec/issuerRef/name"), issuer, "{overlay}");
+            let usages: Vec<&str> = arr(client, "/spec/usages")
+                .iter()
+                .map(|u| u.as_str().unwrap_or_default())
+                .collect();
+            assert!(
+                usages.contains(&"client auth") && !usages.contains(&"server auth"),
+                "{overlay}: {usages:?}"
+            );
+        }
+    }
+
+    // generate-certs.sh (static-certs): KEDA's certificate chains to the CA the adapter
+    // trusts and is for clients only; the serving one is for servers only (openssl).
+    let certs = tree().join("overlays/static-certs/certs");
+    let verify = |cert: &str, purpose: &str| {
+        Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(certs.join("ca.crt"))
+            .args(["-purpose", purpose])
+            .arg(certs.join(cert))
+            .output()
+            .expect("openssl")
+            .status
+            .success()
+    };
+    assert!(verify("keda-client.crt", "sslclient"));
+    assert!(!verify("keda-client.crt", "sslserver"));
+    assert!(!verify("tls.crt", "sslclient"));
+
+    // The example presents the certificate, its key and the CA, from one Secret.
+    let example = build("examples/keda-external");
+    let auth = all(&example, "TriggerAuthentication")[0];
+    let refs: BTreeMap<&str, (&str, &str)> = arr(auth, "/spec/secretTargetRef")
+        .iter()
+        .map(|r| {
+            (
+                str_at(r, "/parameter"),
+                (str_at(r, "/name"), str_at(r, "/key")),
+            )
+        })
+        .collect();
+    let secret = "gpu-metrics-adapter-keda-client";
+    assert_eq!(
+        refs,
+        BTreeMap::from([
+            ("caCert", (secret, "ca.crt")),
+            ("tlsClientCert", (secret, "tls.crt")),
+            ("tlsClientKey", (secret, "tls.key")),
+        ])
+    );
+    let so = all(&example, "ScaledObject")[0];
+    assert_eq!(so["spec"]["triggers"][0]["metadata"]["enableTLS"], "true");
+    assert_eq!(
+        so["spec"]["triggers"][0]["authenticationRef"]["name"],
+        name(auth)
+    );
+}
+
 /// Services select their workload's pods and name its ports; the PodDisruptionBudget
 /// and the NetworkPolicy select the adapter and open what it uses.
 #[test]
@@ -1301,14 +1588,85 @@ fn services_and_policies_select_the_right_pods_and_ports() {
             "{overlay}: gRPC not open to the keda namespace"
         );
         let egress = arr(policy, "/spec/egress");
+        // A peer that selects `pod` in namespace `ns` (the namespaces are told apart by
+        // the label the API server sets on every namespace).
+        let selects_in = |peer: &Value, ns: &str, pod: &BTreeMap<String, String>| {
+            let ns_labels =
+                BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns.to_string())]);
+            peer.get("namespaceSelector")
+                .is_some_and(|s| selects(s, &ns_labels))
+                && selects(&peer["podSelector"], pod)
+        };
         assert!(
-            egress.iter().any(|r| arr(r, "/to")
+            egress
                 .iter()
-                .any(|t| t.get("namespaceSelector").is_none()
-                    && selects(&t["podSelector"], &exporter_labels))
-                && ports(r).contains(&("TCP".into(), metrics))),
-            "{overlay}: no egress to the exporters on {metrics}"
+                .any(|r| arr(r, "/to").iter().any(|t| selects_in(
+                    t,
+                    namespace(exporter),
+                    &exporter_labels
+                )) && ports(r).contains(&("TCP".into(), metrics))),
+            "{overlay}: no egress to the exporters in {} on {metrics}",
+            namespace(exporter)
         );
+
+        // The exporter's /metrics (pod names and labels): Prometheus and the adapter
+        // only, on the metrics port only, from no other pod.
+        let policy = all(&objs, "NetworkPolicy")
+            .into_iter()
+            .find(|p| {
+                namespace(p) == namespace(exporter)
+                    && selects(&p["spec"]["podSelector"], &exporter_labels)
+            })
+            .unwrap_or_else(|| panic!("{overlay}: no NetworkPolicy for the exporter"));
+        assert!(
+            arr(policy, "/spec/policyTypes").contains(&Value::from("Ingress")),
+            "{overlay}: {policy}"
+        );
+        let rules = arr(policy, "/spec/ingress");
+        assert!(!rules.is_empty(), "{overlay}: {policy}");
+        let prometheus = BTreeMap::from([(
+            "app.kubernetes.io/name".to_string(),
+            "prometheus".to_string(),
+        )]);
+        for r in rules {
+            assert_eq!(ports(r), [("TCP".to_string(), metrics)], "{overlay}: {r}");
+            let peers = arr(r, "/from");
+            assert!(
+                !peers.is_empty(),
+                "{overlay}: /metrics open to everyone: {r}"
+            );
+            for peer in peers {
+                assert!(
+                    selects_in(peer, namespace(adapter), &adapter_labels)
+                        || selects_in(peer, "monitoring", &prometheus),
+                    "{overlay}: a peer that is neither Prometheus nor the adapter: {peer}"
+                );
+            }
+            // Not another pod of the adapter's namespace, nor the adapter elsewhere.
+            let other = BTreeMap::from([("app".to_string(), "web".to_string())]);
+            assert!(
+                !peers
+                    .iter()
+                    .any(|p| selects_in(p, namespace(adapter), &other)
+                        || selects_in(p, "default", &adapter_labels)),
+                "{overlay}: {r}"
+            );
+        }
+        for (ns, labels, who) in [
+            (namespace(adapter), &adapter_labels, "the adapter"),
+            (
+                "monitoring",
+                &prometheus,
+                "kube-prometheus-stack's Prometheus",
+            ),
+        ] {
+            assert!(
+                rules
+                    .iter()
+                    .any(|r| arr(r, "/from").iter().any(|p| selects_in(p, ns, labels))),
+                "{overlay}: {who} cannot scrape the exporters"
+            );
+        }
         assert!(
             egress
                 .iter()

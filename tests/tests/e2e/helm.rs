@@ -19,8 +19,15 @@ use std::time::Duration;
 
 const EXPORTER: &str = "deploy/helm/gpu-exporter";
 const ADAPTER: &str = "deploy/helm/gpu-metrics-adapter";
-/// The namespace deploy/base uses, and the release names that give its object names.
+/// The namespaces deploy/base uses (the adapter's, restricted, and the exporter's own,
+/// privileged), and the release names that give its object names.
 const NS: &str = "gpu-monitoring";
+const EXPORTER_NS: &str = "gpu-exporter";
+
+/// The namespace each chart is installed in, as deploy/base places its objects.
+fn namespace_of(chart: &str) -> &'static str {
+    if chart == EXPORTER { EXPORTER_NS } else { NS }
+}
 
 /// Labels Helm adds that deploy/base has no reason to carry.
 const HELM_ONLY_LABELS: [&str; 4] = [
@@ -69,12 +76,13 @@ fn succeed(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
-/// `helm template RELEASE CHART -n gpu-monitoring ARGS…` from the workspace.
+/// `helm template RELEASE CHART -n NAMESPACE ARGS…` from the workspace, in the chart's
+/// namespace (`namespace_of`).
 fn template(release: &str, chart: &str, args: &[&str]) -> String {
     succeed(
         helm()
             .current_dir(workspace())
-            .args(["template", release, chart, "-n", NS])
+            .args(["template", release, chart, "-n", namespace_of(chart)])
             .args(args),
     )
 }
@@ -333,7 +341,7 @@ fn the_dashboards_and_rules_are_dashboards_folders_own() {
     std::fs::write(
         dir.join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {NS}\nresources:\n  - {}\n  - {}\n",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {EXPORTER_NS}\nresources:\n  - {}\n  - {}\n",
             rel("dashboards/alerts"),
             rel("dashboards/grafana")
         ),
@@ -471,6 +479,10 @@ fn values_land_where_they_say_and_still_validate() {
             "kubeletPath=/var/lib/k0s/kubelet/pod-resources",
             "--set-file",
             &csv_arg,
+            "--set",
+            "networkPolicy.prometheus.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=observability",
+            "--set",
+            "networkPolicy.adapter.namespace=autoscaling,networkPolicy.extraFrom[0].ipBlock.cidr=10.0.0.0/8",
         ],
         &[
             "--set",
@@ -481,6 +493,8 @@ fn values_land_where_they_say_and_still_validate() {
             "networkPolicy.kedaNamespace=autoscaling",
             "--set",
             "arguments={--scrape-interval=5s}",
+            "--set",
+            "grpc.clientAuth=plaintext",
         ],
     );
     let ds = find(&objs, "DaemonSet", "gpu-exporter");
@@ -535,6 +549,25 @@ fn values_land_where_they_say_and_still_validate() {
         find(&objs, "ConfigMap", "gpu-exporter-counters")["data"]["counters.csv"],
         csv
     );
+    // Who may scrape: the Prometheus and adapter namespaces given, the extra peer, port
+    // 9400 only.
+    let np = find(&objs, "NetworkPolicy", "gpu-exporter");
+    let rule = &np["spec"]["ingress"][0];
+    assert_eq!(
+        np["spec"]["ingress"].as_array().map(Vec::len),
+        Some(1),
+        "{np}"
+    );
+    assert_eq!(rule["ports"], json!([{"protocol": "TCP", "port": 9400}]));
+    let peers = rule["from"].as_array().expect("from");
+    let ns_of =
+        |p: &Value| p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].clone();
+    assert_eq!(
+        peers.iter().map(ns_of).collect::<Vec<_>>(),
+        [json!("observability"), json!("autoscaling"), Value::Null],
+        "{peers:?}"
+    );
+    assert_eq!(peers[2], json!({"ipBlock": {"cidr": "10.0.0.0/8"}}));
     let sm = find(&objs, "ServiceMonitor", "gpu-exporter");
     assert_eq!(sm["metadata"]["labels"]["release"], "kube-prometheus-stack");
     assert_eq!(sm["spec"]["endpoints"][0]["interval"], "30s");
@@ -551,6 +584,16 @@ fn values_land_where_they_say_and_still_validate() {
         "{a:?}"
     );
     assert_eq!(a.last(), Some(&"--scrape-interval=5s"));
+    // grpc.clientAuth=plaintext: the explicit opt-out, and no client certificate issued.
+    assert!(a.contains(&"--grpc-insecure"), "{a:?}");
+    assert!(
+        !a.iter().any(|x| x.starts_with("--grpc-client-ca-file")),
+        "{a:?}"
+    );
+    assert!(
+        !objs.iter().any(|o| name(o).ends_with("keda-client")),
+        "no KEDA client certificate without mutual TLS"
+    );
     assert!(
         !objs.iter().any(|o| name(o).ends_with("exporter-discovery")),
         "no EndpointSlice grant without exporter discovery"
@@ -661,6 +704,13 @@ fn values_land_where_they_say_and_still_validate() {
     );
     let role = find(&objs, "Role", "gpu-metrics-adapter-exporter-discovery");
     assert_eq!(role["metadata"]["namespace"], "monitoring");
+    // The adapter may reach the exporters in the namespace of their Service only.
+    let np = find(&objs, "NetworkPolicy", "gpu-metrics-adapter");
+    assert_eq!(
+        np["spec"]["egress"][0]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring",
+        "{np}"
+    );
     assert!(
         args(container(&objs, "Deployment", "gpu-metrics-adapter"))
             .contains(&"--exporter-service=monitoring/dcgm-exporter")
@@ -674,9 +724,38 @@ fn values_land_where_they_say_and_still_validate() {
     }
 }
 
+#[test]
+fn self_signed_issues_keda_a_client_certificate_the_adapter_trusts() {
+    // The default grpc.clientAuth (mutualTLS) with a Helm-made CA: the adapter requires
+    // client certificates from the CA in its serving Secret, and the chart issues KEDA
+    // one from that CA, valid for client authentication (openssl's purpose check).
+    let objs = validated(
+        &template(
+            "gpu-metrics-adapter",
+            ADAPTER,
+            &["--set", "tls.source=selfSigned"],
+        ),
+        "helm template",
+    );
+    let a = args(container(&objs, "Deployment", "gpu-metrics-adapter"));
+    assert!(
+        a.contains(&"--grpc-client-ca-file=/var/run/serving-cert/ca.crt"),
+        "{a:?}"
+    );
+    let serving = find(&objs, "Secret", "gpu-metrics-adapter-tls");
+    let client = find(&objs, "Secret", "gpu-metrics-adapter-keda-client");
+    assert_eq!(client["data"]["ca.crt"], serving["data"]["ca.crt"]);
+    verify_cert(client, &["-purpose", "sslclient"]);
+}
+
 /// The Secret's tls.crt chains to its ca.crt and names `host` (openssl, an independent
 /// X.509 implementation).
 fn verify_serving_cert(secret: &Value, host: &str) {
+    verify_cert(secret, &["-verify_hostname", host]);
+}
+
+/// The Secret's tls.crt chains to its ca.crt, with openssl's `checks`.
+fn verify_cert(secret: &Value, checks: &[&str]) {
     use base64::Engine;
     let dir = scratch_dir("helm-selfsigned");
     for key in ["ca.crt", "tls.crt"] {
@@ -689,7 +768,7 @@ fn verify_serving_cert(secret: &Value, host: &str) {
         Command::new("openssl")
             .args(["verify", "-CAfile"])
             .arg(dir.join("ca.crt"))
-            .args(["-verify_hostname", host])
+            .args(checks)
             .arg(dir.join("tls.crt")),
     );
 }
@@ -700,12 +779,12 @@ fn verify_serving_cert(secret: &Value, host: &str) {
 #[test]
 fn helm_installs_upgrades_and_uninstalls_in_a_real_cluster() {
     let mut c = Cluster::up_with(&[("DEPLOY_WITH", "helm")]);
-    let releases = |c: &Cluster| -> Value {
-        serde_json::from_slice(&output(c.helm().args(["list", "-n", NS, "-o", "json"])).stdout)
+    let releases = |c: &Cluster, ns: &str| -> Value {
+        serde_json::from_slice(&output(c.helm().args(["list", "-n", ns, "-o", "json"])).stdout)
             .expect("helm list -o json")
     };
-    let listed = releases(&c);
-    for r in ["gpu-exporter", "gpu-metrics-adapter"] {
+    for (r, ns) in [("gpu-exporter", EXPORTER_NS), ("gpu-metrics-adapter", NS)] {
+        let listed = releases(&c, ns);
         let release = listed
             .as_array()
             .expect("releases")
@@ -817,8 +896,8 @@ fn helm_installs_upgrades_and_uninstalls_in_a_real_cluster() {
                 .then_some(())
         },
     );
-    for release in ["gpu-metrics-adapter", "gpu-exporter"] {
-        let out = output(c.helm().args(["uninstall", release, "-n", NS, "--wait"]));
+    for (release, ns) in [("gpu-metrics-adapter", NS), ("gpu-exporter", EXPORTER_NS)] {
+        let out = output(c.helm().args(["uninstall", release, "-n", ns, "--wait"]));
         assert!(
             out.status.success(),
             "{}",

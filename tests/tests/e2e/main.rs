@@ -25,5 +25,6 @@ mod peers;
 mod prometheus;
 mod promtool;
 mod protobuf;
+mod rbac;
 mod readiness;
 mod web_config;

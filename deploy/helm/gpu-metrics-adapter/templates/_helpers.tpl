@@ -43,7 +43,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* NAMESPACE/NAME of the exporters' Service (--exporter-service). */}}
 {{- define "gpu-metrics-adapter.exporterService" -}}
-{{- default (printf "%s/gpu-exporter" .Release.Namespace) .Values.exporters.service }}
+{{- .Values.exporters.service }}
+{{- end }}
+
+{{/* The gRPC port's client authentication (grpc.clientAuth): the adapter's flag. */}}
+{{- define "gpu-metrics-adapter.grpcClientAuthArg" -}}
+{{- if eq .Values.grpc.clientAuth "mutualTLS" }}
+{{- printf "--grpc-client-ca-file=%s" .Values.grpc.clientCAFile }}
+{{- else if eq .Values.grpc.clientAuth "plaintext" }}
+{{- print "--grpc-insecure" }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret with the serving certificate (tls.crt, tls.key, ca.crt). */}}
@@ -61,24 +70,34 @@ SERVICE.NAMESPACE.svc, KEDA to its scalerAddress. */}}
 {{- printf "%s.%s.svc" (include "gpu-metrics-adapter.fullname" .) .Release.Namespace }}
 {{- end }}
 
-{{/* tls.source=selfSigned: a CA and serving certificate made once per release. The
-Secret's, when it exists (upgrades keep them; `helm template` has no cluster and makes
-new ones), else new ones, kept in .Values for the rest of this render so the Secret and
-every APIService's caBundle agree. JSON: {"ca", "cert", "key"}. */}}
+{{/* tls.source=selfSigned: a CA, the serving certificate and KEDA's client certificate,
+made once per release. The Secrets', when both exist (upgrades keep them; `helm
+template` has no cluster and makes new ones), else all new ones (the CA's key is not
+kept, so a missing client certificate means a new CA), kept in .Values for the rest of
+this render so the Secrets and every APIService's caBundle agree.
+JSON: {"ca", "cert", "key", "clientCert", "clientKey"}. */}}
 {{- define "gpu-metrics-adapter.selfSigned" -}}
 {{- if not (hasKey .Values.tls.selfSigned "generated") }}
 {{- $secret := lookup "v1" "Secret" .Release.Namespace (include "gpu-metrics-adapter.tlsSecret" .) }}
-{{- if and $secret (hasKey ($secret.data | default dict) "ca.crt") }}
-{{- $_ := set .Values.tls.selfSigned "generated" (dict "ca" (index $secret.data "ca.crt" | b64dec) "cert" (index $secret.data "tls.crt" | b64dec) "key" (index $secret.data "tls.key" | b64dec)) }}
+{{- $client := lookup "v1" "Secret" .Release.Namespace (include "gpu-metrics-adapter.kedaClientSecret" .) }}
+{{- if and $secret (hasKey ($secret.data | default dict) "ca.crt") $client (hasKey ($client.data | default dict) "tls.crt") }}
+{{- $_ := set .Values.tls.selfSigned "generated" (dict "ca" (index $secret.data "ca.crt" | b64dec) "cert" (index $secret.data "tls.crt" | b64dec) "key" (index $secret.data "tls.key" | b64dec) "clientCert" (index $client.data "tls.crt" | b64dec) "clientKey" (index $client.data "tls.key" | b64dec)) }}
 {{- else }}
 {{- $host := include "gpu-metrics-adapter.serviceHost" . }}
 {{- $days := int .Values.tls.selfSigned.validityDays }}
 {{- $ca := genCA (printf "%s-ca" (include "gpu-metrics-adapter.fullname" .)) $days }}
 {{- $cert := genSignedCert $host nil (list $host (printf "%s.cluster.local" $host)) $days $ca }}
-{{- $_ := set .Values.tls.selfSigned "generated" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key) }}
+{{- $clientCert := genSignedCert "keda" nil nil $days $ca }}
+{{- $_ := set .Values.tls.selfSigned "generated" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key "clientCert" $clientCert.Cert "clientKey" $clientCert.Key) }}
 {{- end }}
 {{- end }}
 {{- toJson .Values.tls.selfSigned.generated }}
+{{- end }}
+
+{{/* The Secret with KEDA's client certificate for the gRPC port (tls.crt, tls.key,
+ca.crt), which the chart issues with tls.source cert-manager or selfSigned. */}}
+{{- define "gpu-metrics-adapter.kedaClientSecret" -}}
+{{- printf "%s-keda-client" (include "gpu-metrics-adapter.fullname" .) }}
 {{- end }}
 
 {{/* The APIServices' caBundle (base64 PEM), where Helm knows the CA; with cert-manager
