@@ -187,7 +187,23 @@ wait_for etcd 60 curl -fs "http://127.0.0.1:$etcd_port/health"
 
 api_port=$(free_port)
 server=https://127.0.0.1:$api_port
+# The audit log records every request of the exporters' and the adapter's
+# ServiceAccounts and the HPA controller's (metadata only): the cluster test holds the
+# calls they really make to deploy/'s RBAC and to the calls read from the source.
+cat >"$dir/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users:
+      - system:serviceaccount:gpu-exporter:gpu-exporter
+      - system:serviceaccount:gpu-monitoring:gpu-metrics-adapter
+      - system:serviceaccount:kube-system:horizontal-pod-autoscaler
+  - level: None
+EOF
 start kube-apiserver "$bin/kube-apiserver" \
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.jsonl" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --cert-dir "$dir/apiserver" \
@@ -296,6 +312,7 @@ done | kubectl apply -f - >/dev/null
 wait_for "kwok's nodes" 60 kubectl wait --for=condition=Ready node --all --timeout=1s
 
 # --- deploy/: the adapter's and exporter's identities, RBAC and APIServices ----------
+# (Pod Security admission, on by default, enforces what deploy/'s namespaces say.)
 
 adapter_port=$(free_port)
 adapter_grpc=$(free_port)
