@@ -1227,9 +1227,12 @@ fn rbac_grants_what_the_code_needs_to_accounts_that_exist() {
     }
 }
 
+/// (verb, API group, resource).
+pub(crate) type RuleTriple = (&'static str, &'static str, &'static str);
+
 /// The rules of Kubernetes' bootstrap roles that deploy/ binds (its bootstrap policy;
 /// cluster.rs checks these against a real kube-apiserver's).
-pub(crate) const BUILTIN_ROLE_RULES: [(&str, &str, &[(&str, &str, &str)]); 2] = [
+pub(crate) const BUILTIN_ROLE_RULES: [(&str, &str, &[RuleTriple]); 2] = [
     (
         "ClusterRole",
         "system:auth-delegator",

@@ -151,7 +151,7 @@ fn api_variables(code: &str, file: &Path) -> BTreeMap<String, BTreeSet<String>> 
                 ty
             };
             vars.entry(var).or_default().insert(ty);
-            rest = &after[..];
+            rest = after;
         }
     }
     vars
