@@ -140,10 +140,7 @@ mod tests {
         assert_eq!(parse(" hang \n"), Ok(Cue::Hang));
         assert_eq!(parse("unavailable # driver gone"), Ok(Cue::Unavailable));
         assert_eq!(parse("not_loaded"), Ok(Cue::NotLoaded));
-        assert_eq!(
-            parse("slow=250"),
-            Ok(Cue::Slow(Duration::from_millis(250)))
-        );
+        assert_eq!(parse("slow=250"), Ok(Cue::Slow(Duration::from_millis(250))));
         assert_eq!(parse("slow=x"), Err("slow=x".to_string()));
         assert_eq!(parse("explode"), Err("explode".to_string()));
     }

@@ -9,13 +9,13 @@
 //! Driver faults are switched on and off through the fake library's cue file
 //! (`GPU_SIM_FAULT_FILE`), kubelet faults through kube-sim's fake kubelet, so each test
 //! knows the instant a fault ends and times recovery from there by polling. Each outage
-//! lasts [`OUTAGE_CYCLES`] failed cycles, counted by the exporter itself: long enough
+//! lasts a number of failed cycles or lists counted by the exporter itself, long enough
 //! that a doubling backoff would have grown past the recovery bound. Every recovery
 //! time is printed (`recovery CASE: N ms`) for BENCHMARKS.md.
 
 use e2e_tests::{
-    Exporter, KubeNode, fake_nvml, fixture, get, sample_value, samples, scratch_dir,
-    series_values, wait_for,
+    Exporter, KubeNode, fake_nvml, fixture, get, sample_value, samples, scratch_dir, series_values,
+    wait_for,
 };
 use gpu_exporter::sampler::HUNG_INTERVALS;
 use std::path::{Path, PathBuf};
@@ -27,10 +27,14 @@ const INTERVAL_MS: u64 = 250;
 const RECOVERY_INTERVALS: u32 = 2;
 /// One more interval for the scheduling of a shared test machine and the poll itself.
 const SLACK_INTERVALS: u32 = 1;
-/// Failed cycles (or kubelet lists) an outage lasts before it is cleared. A backoff
-/// doubling from one interval would wait 2^k intervals after the k-th failure; after
-/// this many its next attempt lies far beyond the bound.
-const OUTAGE_CYCLES: f64 = 12.0;
+/// Failed cycles an NVML outage lasts before it is cleared, counted from the moment
+/// the outage shows. A backoff doubling from one interval retries after 1, 2, 4, 8, 16
+/// intervals: after 20 failed cycles its next retry lies 8 or more intervals ahead,
+/// far past the bound, where after 6 it may still fall within it.
+const NVML_OUTAGE_CYCLES: f64 = 20.0;
+/// Failed kubelet lists an outage lasts. A kubelet attempt is a list, not a cycle: a
+/// backoff fails fewer times per second, and after 6 it waits half a minute.
+const KUBELET_OUTAGE_LISTS: f64 = 6.0;
 /// How long a recovery is waited for, so that a slow one is measured, not just failed.
 const MEASURE_FOR: Duration = Duration::from_secs(60);
 
@@ -158,12 +162,14 @@ fn nvml_exporter(lib: &Path, cue: &Cue) -> Exporter {
     )
 }
 
-/// Wait until the exporter has counted `cycles` more failed cycles than in `seen`.
+/// Wait until the exporter has counted [`NVML_OUTAGE_CYCLES`] more failed cycles than in `seen`.
 fn hold_outage(e: &Exporter, case: &str, seen: &Seen) {
-    let from = seen.value("gpu_exporter_sample_failures_total").unwrap_or(0.0);
+    let from = seen
+        .value("gpu_exporter_sample_failures_total")
+        .unwrap_or(0.0);
     wait_for(&format!("{case}: the outage"), MEASURE_FOR, || {
         let failures = sample_value(&e.metrics(), "gpu_exporter_sample_failures_total")?;
-        (failures >= from + OUTAGE_CYCLES).then_some(())
+        (failures >= from + NVML_OUTAGE_CYCLES).then_some(())
     });
 }
 
@@ -183,7 +189,9 @@ fn nvml_lost_mid_run_is_reported_and_back_within_two_intervals() {
     let dir = scratch_dir("fault-nvml-lost");
     let cue = Cue::new(&dir);
     let e = nvml_exporter(&fake_nvml(), &cue);
-    wait_for("GPU data", MEASURE_FOR, || look(&e).gpu_data().then_some(()));
+    wait_for("GPU data", MEASURE_FOR, || {
+        look(&e).gpu_data().then_some(())
+    });
 
     for outage in 1..=2 {
         let case = format!("nvml lost #{outage}");
@@ -245,11 +253,16 @@ fn nvml_hung_is_reported_piles_up_nothing_and_is_back_within_two_intervals() {
     let dir = scratch_dir("fault-nvml-hung");
     let cue = Cue::new(&dir);
     let e = nvml_exporter(&fake_nvml(), &cue);
-    wait_for("GPU data", MEASURE_FOR, || look(&e).gpu_data().then_some(()));
+    wait_for("GPU data", MEASURE_FOR, || {
+        look(&e).gpu_data().then_some(())
+    });
 
     // A read that never returns, then a probe that never returns (the driver hangs
     // while it is already down): both reported as hung, neither piling up calls.
-    for (case, before) in [("nvml hung read", None), ("nvml hung probe", Some("unavailable"))] {
+    for (case, before) in [
+        ("nvml hung read", None),
+        ("nvml hung probe", Some("unavailable")),
+    ] {
         if let Some(word) = before {
             cue.set(word);
             wait_for(&format!("{case}: down"), MEASURE_FOR, || {
@@ -315,9 +328,17 @@ fn nvml_late_answers_keep_the_exporter_ready_and_say_how_long_a_cycle_took() {
         let took = s.value("gpu_exporter_sample_duration_seconds")?;
         (took >= fast_cycle + delay.as_secs_f64() * 10.0).then_some(s)
     });
-    assert!(slow.gpu_data(), "late answers are still answers:\n{}", slow.metrics);
+    assert!(
+        slow.gpu_data(),
+        "late answers are still answers:\n{}",
+        slow.metrics
+    );
     assert_eq!(slow.healthy, 200);
-    assert!(slow.scrape < interval(), "a scrape waited {:?}", slow.scrape);
+    assert!(
+        slow.scrape < interval(),
+        "a scrape waited {:?}",
+        slow.scrape
+    );
     let since = cue.clear();
     recovered("nvml late", since, || {
         let s = look(&e);
@@ -382,10 +403,14 @@ fn assert_kubelet_down(case: &str, s: &Seen, gpu_series: usize) {
         "{case}: no pod labels the kubelet does not vouch for"
     );
     assert_eq!(power_series(s), gpu_series, "{case}: GPU metrics go on");
-    assert!(s.scrape < interval(), "{case}: a scrape waited {:?}", s.scrape);
+    assert!(
+        s.scrape < interval(),
+        "{case}: a scrape waited {:?}",
+        s.scrape
+    );
 }
 
-/// Wait for the kubelet fault to show, hold it for [`OUTAGE_CYCLES`] failed lists,
+/// Wait for the kubelet fault to show, hold it for [`KUBELET_OUTAGE_LISTS`] failed lists,
 /// clear it with `clear`, and time the labels' return.
 fn kubelet_outage(e: &Exporter, case: &str, gpu_series: usize, clear: impl FnOnce()) {
     let down = wait_for(&format!("{case}: down"), MEASURE_FOR, || {
@@ -398,7 +423,7 @@ fn kubelet_outage(e: &Exporter, case: &str, gpu_series: usize, clear: impl FnOnc
         .expect("failure counter");
     wait_for(&format!("{case}: the outage"), MEASURE_FOR, || {
         let failures = sample_value(&e.metrics(), "gpu_exporter_kubelet_list_failures_total")?;
-        (failures >= from + OUTAGE_CYCLES).then_some(())
+        (failures >= from + KUBELET_OUTAGE_LISTS).then_some(())
     });
     assert_kubelet_down(case, &look(e), gpu_series);
     clear();
