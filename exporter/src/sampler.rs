@@ -866,6 +866,103 @@ pub fn run(sampler: Sampler, store: Arc<SnapshotStore>, stop: Receiver<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    /// A driver that is up or down on command, counting probes and discoveries.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        /// Probes pass.
+        probe_up: Arc<AtomicBool>,
+        /// Discoveries succeed.
+        discover_up: Arc<AtomicBool>,
+        probes: Arc<AtomicU32>,
+        discoveries: Arc<AtomicU32>,
+    }
+
+    impl GpuSource for Scripted {
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+            self.discoveries.fetch_add(1, Ordering::SeqCst);
+            if self.discover_up.load(Ordering::SeqCst) {
+                Ok(Inventory {
+                    driver_version: "1".into(),
+                    nvml_version: "1".into(),
+                    entities: Vec::new(),
+                })
+            } else {
+                Err(ReadError::Unavailable("down".into()))
+            }
+        }
+        fn probe(&mut self) -> Result<(), ReadError> {
+            self.probes.fetch_add(1, Ordering::SeqCst);
+            if self.probe_up.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(ReadError::Unavailable("down".into()))
+            }
+        }
+        fn read(&mut self, _: usize, _: &[Quantity], _: &mut Vec<Result<Raw, ReadError>>) {}
+        fn processes(&mut self, _: usize) -> Result<Vec<ProcessSample>, ReadError> {
+            Ok(Vec::new())
+        }
+        fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
+            Vec::new()
+        }
+    }
+
+    /// A sampler on `source` whose discovery backoff never comes due within a test: only
+    /// probes can bring the driver back.
+    fn sampler(source: &Scripted) -> Sampler {
+        Sampler::new(
+            Box::new(source.clone()),
+            Arc::new(ExportPlan::default()),
+            SamplerOptions {
+                interval: Duration::from_secs(3600),
+                hostname: None,
+                replace_blanks_in_model_name: false,
+                process_metrics: false,
+            },
+            "".into(),
+        )
+    }
+
+    #[test]
+    fn a_down_driver_is_probed_every_cycle_and_discovered_on_the_first_passing_probe() {
+        let source = Scripted::default();
+        let mut s = sampler(&source);
+        for _ in 0..10 {
+            assert!(!s.cycle().source_up);
+        }
+        // One discovery at start; after that only the cheap probe, once per cycle.
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 1);
+        assert_eq!(source.probes.load(Ordering::SeqCst), 9);
+        source.probe_up.store(true, Ordering::SeqCst);
+        source.discover_up.store(true, Ordering::SeqCst);
+        assert!(
+            s.cycle().source_up,
+            "back on the first cycle after the driver"
+        );
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 2);
+        // Up again: no more probes.
+        assert!(s.cycle().source_up);
+        assert_eq!(source.probes.load(Ordering::SeqCst), 10);
+    }
+
+    #[test]
+    fn a_probe_that_passed_before_a_failed_discovery_is_not_trusted_again() {
+        let source = Scripted::default();
+        source.probe_up.store(true, Ordering::SeqCst);
+        let mut s = sampler(&source);
+        for _ in 0..10 {
+            assert!(!s.cycle().source_up);
+        }
+        // The start, then the one discovery the first probe let through; then nothing
+        // until the backoff comes due, instead of a full discovery every cycle.
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 2);
+        assert_eq!(source.probes.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn rates_need_two_readings_and_a_forward_counter() {
