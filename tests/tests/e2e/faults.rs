@@ -466,13 +466,14 @@ fn kubelet_restarts_are_reported_and_labels_back_within_two_intervals() {
 }
 
 #[test]
-fn a_garbage_or_silent_kubelet_is_reported_and_labels_back_within_two_intervals() {
+fn a_garbage_silent_or_failing_kubelet_is_reported_and_labels_back_within_two_intervals() {
     use kube_sim::kubelet::Behavior;
     let node = KubeNode::start(PODS_SCENARIO, "node-a");
     let e = kube_exporter(&node);
     let gpus = power_series(&wait_for("labelled", MEASURE_FOR, || labelled(&e)));
     for (case, behavior) in [
         ("kubelet garbage", Behavior::Garbage),
+        ("kubelet bad protobuf", Behavior::BadProtobuf),
         ("kubelet silent", Behavior::Hang),
         (
             "kubelet error status",
@@ -484,7 +485,7 @@ fn a_garbage_or_silent_kubelet_is_reported_and_labels_back_within_two_intervals(
             node.kubelet().set_behavior(Behavior::Serve)
         });
     }
-    assert_eq!(log_count(&e, "kubelet PodResources is not answering"), 3);
+    assert_eq!(log_count(&e, "kubelet PodResources is not answering"), 4);
 }
 
 #[test]
