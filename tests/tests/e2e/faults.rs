@@ -518,3 +518,71 @@ fn a_down_api_server_keeps_the_last_pods_and_the_watch_comes_back() {
     );
     assert!(since.elapsed() <= kube_support::watch::MAX_RETRY + recovery_bound());
 }
+
+#[test]
+fn a_down_api_server_keeps_the_adapters_targets_and_its_watch_comes_back() {
+    // The adapter's reviews with the API server down are tested in adapter_auth.rs
+    // (`reviews_that_cannot_be_made_refuse_the_request`); this is its exporter discovery.
+    const NAMESPACE: &str = "gpu-monitoring";
+    const TRAIN_0: &str =
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes";
+    let node = KubeNode::start(PODS_SCENARIO, "node-a");
+    let e = e2e_tests::attributed_exporter(&node, PODS_SCENARIO);
+    let port: u16 = e
+        .base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the exporter's port");
+    let ours = crate::adapter_discovery::slice(
+        "gpu-exporter-x7k2p",
+        "gpu-exporter",
+        port,
+        &[("127.0.0.1", true)],
+    );
+    node.api().apply_endpoint_slice(ours.clone());
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let service = format!("{NAMESPACE}/gpu-exporter");
+    let a = e2e_tests::Adapter::start(&[
+        "--scrape-interval",
+        &format!("{INTERVAL_MS}ms"),
+        "--kubeconfig",
+        &kubeconfig,
+        "--exporter-service",
+        &service,
+    ]);
+    let ready = || get(&format!("{}/readyz", a.base)).0;
+    wait_for("train-0 through discovery", MEASURE_FOR, || {
+        (a.get(TRAIN_0).0 == 200 && ready() == 200).then_some(())
+    });
+
+    node.api().set_available(false);
+    wait_for("the adapter notices", MEASURE_FOR, || {
+        a.process
+            .log()
+            .contains("failed; keeping the last known objects")
+            .then_some(())
+    });
+    // The last known exporters are still scraped: answers and readiness go on.
+    let (status, body) = a.get(TRAIN_0);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ready(), 200);
+    assert_eq!(get(&format!("{}/livez", a.base)).0, 200);
+
+    node.api().set_available(true);
+    // The watch is back once a change made now reaches the adapter: the slice goes, and
+    // with it the pod's data. Bounded by the watch's longest pause between re-lists.
+    assert!(
+        node.api()
+            .delete_endpoint_slice(NAMESPACE, "gpu-exporter-x7k2p")
+    );
+    let since = Instant::now();
+    wait_for("the slice's removal seen", MEASURE_FOR, || {
+        a.process.log().contains("no ready exporters").then_some(())
+    });
+    eprintln!(
+        "recovery adapter discovery after api down: {} ms",
+        since.elapsed().as_millis()
+    );
+    assert!(since.elapsed() <= kube_support::watch::MAX_RETRY + recovery_bound());
+}
