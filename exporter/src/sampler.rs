@@ -6,7 +6,11 @@
 //! - A lost GPU keeps its identity (so `gpu_exporter_gpu_up` can say it is lost) but its
 //!   series disappear, as do its MIG instances'.
 //! - When the driver as a whole stops answering, the sampler publishes an empty, "down"
-//!   snapshot and rediscovers with exponential backoff.
+//!   snapshot and, every cycle, asks the source for a cheap probe
+//!   ([`GpuSource::probe`]); the full rediscovery runs as soon as a probe passes, so
+//!   the data is back within two cycles of the driver. A probe that passes before a
+//!   discovery that fails is not trusted again until the discovery backoff is due, so a
+//!   half-working driver costs one discovery per backoff, not one per cycle.
 
 use crate::attribution::Attributor;
 use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
@@ -21,7 +25,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Longest wait between rediscovery attempts while the driver is down.
+/// Longest wait between rediscovery attempts that no passing probe asked for.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// How series are labelled and what is collected besides the plan.
@@ -212,6 +216,9 @@ pub struct Sampler {
     down: bool,
     backoff: Duration,
     next_discovery: Instant,
+    /// A probe passed and the discovery it let through failed: probes are not trusted
+    /// until the next discovery succeeds.
+    probe_misled: bool,
     scratch: Vec<Result<Raw, ReadError>>,
     attributor: Option<Attributor>,
     /// Time this cycle spent attributing (holdings, labels, per-pod shares).
@@ -273,6 +280,7 @@ impl Sampler {
             last_success: None,
             down: false,
             next_discovery: Instant::now(),
+            probe_misled: false,
             scratch: Vec::new(),
             attributor: None,
             attribution_time: Duration::ZERO,
@@ -326,13 +334,13 @@ impl Sampler {
         Ok(())
     }
 
-    /// Forget the devices and retry discovery after a growing backoff. Logged once per
-    /// outage, not once per cycle.
+    /// Forget the devices; probe every cycle, and retry a full discovery after a growing
+    /// backoff. Logged once per outage, not once per cycle.
     fn driver_down(&mut self, why: &str) {
         if !self.down {
             tracing::warn!(
                 error = why,
-                "GPU driver is not answering; retrying with backoff"
+                "GPU driver is not answering; probing it every cycle"
             );
             self.down = true;
         }
@@ -346,8 +354,15 @@ impl Sampler {
         let started = Instant::now();
         self.samples_total += 1;
         self.attribution_time = Duration::ZERO;
+        // Whether a passing probe, rather than the backoff, let this discovery through.
+        let mut probed = false;
         let rediscover = match self.devices {
-            None => started >= self.next_discovery,
+            None if started >= self.next_discovery => true,
+            None if self.probe_misled => false,
+            None => {
+                probed = self.source.probe().is_ok();
+                probed
+            }
             // A new MIG layout: a new inventory, right away.
             Some(_) => self.source.layout_changed(),
         };
@@ -362,11 +377,15 @@ impl Sampler {
                     false
                 }
             };
+        if probed && !reached {
+            self.probe_misled = true;
+        }
         if reached {
             if self.down {
                 tracing::info!("GPU driver answers again");
                 self.down = false;
             }
+            self.probe_misled = false;
             self.backoff = self.opts.interval;
             self.last_success = Some((Instant::now(), SystemTime::now()));
         } else {
@@ -847,6 +866,103 @@ pub fn run(sampler: Sampler, store: Arc<SnapshotStore>, stop: Receiver<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    /// A driver that is up or down on command, counting probes and discoveries.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        /// Probes pass.
+        probe_up: Arc<AtomicBool>,
+        /// Discoveries succeed.
+        discover_up: Arc<AtomicBool>,
+        probes: Arc<AtomicU32>,
+        discoveries: Arc<AtomicU32>,
+    }
+
+    impl GpuSource for Scripted {
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+            self.discoveries.fetch_add(1, Ordering::SeqCst);
+            if self.discover_up.load(Ordering::SeqCst) {
+                Ok(Inventory {
+                    driver_version: "1".into(),
+                    nvml_version: "1".into(),
+                    entities: Vec::new(),
+                })
+            } else {
+                Err(ReadError::Unavailable("down".into()))
+            }
+        }
+        fn probe(&mut self) -> Result<(), ReadError> {
+            self.probes.fetch_add(1, Ordering::SeqCst);
+            if self.probe_up.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(ReadError::Unavailable("down".into()))
+            }
+        }
+        fn read(&mut self, _: usize, _: &[Quantity], _: &mut Vec<Result<Raw, ReadError>>) {}
+        fn processes(&mut self, _: usize) -> Result<Vec<ProcessSample>, ReadError> {
+            Ok(Vec::new())
+        }
+        fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
+            Vec::new()
+        }
+    }
+
+    /// A sampler on `source` whose discovery backoff never comes due within a test: only
+    /// probes can bring the driver back.
+    fn sampler(source: &Scripted) -> Sampler {
+        Sampler::new(
+            Box::new(source.clone()),
+            Arc::new(ExportPlan::default()),
+            SamplerOptions {
+                interval: Duration::from_secs(3600),
+                hostname: None,
+                replace_blanks_in_model_name: false,
+                process_metrics: false,
+            },
+            "".into(),
+        )
+    }
+
+    #[test]
+    fn a_down_driver_is_probed_every_cycle_and_discovered_on_the_first_passing_probe() {
+        let source = Scripted::default();
+        let mut s = sampler(&source);
+        for _ in 0..10 {
+            assert!(!s.cycle().source_up);
+        }
+        // One discovery at start; after that only the cheap probe, once per cycle.
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 1);
+        assert_eq!(source.probes.load(Ordering::SeqCst), 9);
+        source.probe_up.store(true, Ordering::SeqCst);
+        source.discover_up.store(true, Ordering::SeqCst);
+        assert!(
+            s.cycle().source_up,
+            "back on the first cycle after the driver"
+        );
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 2);
+        // Up again: no more probes.
+        assert!(s.cycle().source_up);
+        assert_eq!(source.probes.load(Ordering::SeqCst), 10);
+    }
+
+    #[test]
+    fn a_probe_that_passed_before_a_failed_discovery_is_not_trusted_again() {
+        let source = Scripted::default();
+        source.probe_up.store(true, Ordering::SeqCst);
+        let mut s = sampler(&source);
+        for _ in 0..10 {
+            assert!(!s.cycle().source_up);
+        }
+        // The start, then the one discovery the first probe let through; then nothing
+        // until the backoff comes due, instead of a full discovery every cycle.
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 2);
+        assert_eq!(source.probes.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn rates_need_two_readings_and_a_forward_counter() {

@@ -66,6 +66,10 @@
 //!   lines, rewritten every 50 ms while they change), so tests and benchmarks can hold
 //!   an NVML client to a number of calls per cycle. Off (one atomic load per call) when
 //!   unset.
+//! - `GPU_SIM_FAULT_FILE`: a cue file whose one word (`unavailable`, `hang`,
+//!   `slow=MS`, `not_loaded`, or nothing) switches a driver fault on and off while the
+//!   process runs (looked at every 10 ms at most), so fault tests can time recovery
+//!   from the instant they end a fault (`cue.rs`).
 //!
 //! ## Faults and errors
 //! - `init_failure`: `nvmlInit*` returns `NVML_ERROR_DRIVER_NOT_LOADED`.
@@ -104,6 +108,7 @@
 mod board;
 mod calls;
 mod clocks;
+mod cue;
 mod device;
 mod events;
 mod ffi;

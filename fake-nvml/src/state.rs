@@ -174,7 +174,7 @@ fn load() -> Result<Sim, Ret> {
     if let Some(path) = std::env::var_os(DIAL_ENV) {
         node.attach_dial(gpu_sim::dial::Dial::new(path));
     }
-    if node.init_fails() {
+    if node.init_fails() || crate::cue::current() == crate::cue::Cue::NotLoaded {
         return Err(DRIVER_NOT_LOADED);
     }
     if node.gpus.len() > MAX_GPUS {
@@ -218,7 +218,7 @@ pub(crate) fn system_call(body: impl FnOnce(&Sim, f64) -> Outcome) -> Ret {
         if let Some(d) = sim.node.call_delay(t) {
             std::thread::sleep(d);
         }
-        if !sim.node.driver_available(t) {
+        if !sim.node.driver_available(t) || !crate::cue::before_call() {
             return Err(UNKNOWN);
         }
         body(&sim, t)

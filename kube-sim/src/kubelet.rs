@@ -4,7 +4,7 @@
 //! production client (channel, connector, message limits, deadlines) is what tests
 //! exercise. Around it sit the ways a real kubelet misbehaves — error statuses, the
 //! kubelet's rate limiter, calls that never answer, something on the socket that does
-//! not speak HTTP/2, and restarts that replace the socket — selected with
+//! not speak HTTP/2, a gRPC answer that is not protobuf, and restarts that replace the socket — selected with
 //! [`FakeKubelet::set_behavior`], [`FakeKubelet::restart`] and [`FakeKubelet::stop`].
 //!
 //! Connections are accepted by a loop of our own rather than tonic's, so that the
@@ -55,7 +55,15 @@ pub enum Behavior {
     /// Every RPC returns `RESOURCE_EXHAUSTED` "rejected by rate limit", as the kubelet's
     /// limiter (100 QPS, burst 10) does.
     RateLimited,
+    /// Well-formed gRPC over HTTP/2 (status OK) whose message is [`BAD_PROTOBUF`]: the
+    /// transport works, the payload does not decode. Like [`Behavior::Garbage`],
+    /// switching to it closes open connections, and it is decided per connection.
+    BadProtobuf,
 }
+
+/// The message a [`Behavior::BadProtobuf`] answer carries: field 1 with wire type 7,
+/// which no protobuf decoder accepts.
+pub const BAD_PROTOBUF: &[u8] = b"\x0f\xff\xff\xff";
 
 /// A dynamically computed pod list, evaluated on every `List` and `Get`.
 pub type PodSource = Arc<dyn Fn() -> Vec<PodResources> + Send + Sync>;
@@ -101,7 +109,7 @@ impl KubeletState {
                 }
                 // Calls already on a connection when the garbage starts get no answer:
                 // their connection is being closed.
-                Behavior::Hang | Behavior::Garbage => {
+                Behavior::Hang | Behavior::Garbage | Behavior::BadProtobuf => {
                     if behavior.changed().await.is_err() {
                         // The state is going away with the server: never answer.
                         std::future::pending::<()>().await;
@@ -241,9 +249,10 @@ impl FakeKubelet {
     /// Changes how RPCs are answered, including RPCs already waiting under
     /// [`Behavior::Hang`].
     pub fn set_behavior(&self, behavior: Behavior) {
-        let garbage = behavior == Behavior::Garbage;
-        let previous = self.state.behavior.send_replace(behavior);
-        if garbage && previous != Behavior::Garbage {
+        // Decided per connection: open ones must go, so that clients reconnect and meet it.
+        let per_connection = matches!(behavior, Behavior::Garbage | Behavior::BadProtobuf);
+        let previous = self.state.behavior.send_replace(behavior.clone());
+        if per_connection && previous != behavior {
             let mut serving = self.serving();
             if let Some(current) = serving.as_mut() {
                 match Self::duplicate_and_serve(&current.listener, &self.state) {
@@ -391,13 +400,44 @@ async fn serve(listener: StdUnixListener, state: Arc<KubeletState>) {
             }
         };
         state.connections.fetch_add(1, Ordering::Relaxed);
-        if *state.behavior.borrow() == Behavior::Garbage {
+        let behavior = state.behavior.borrow().clone();
+        if behavior == Behavior::Garbage {
             tokio::spawn(answer_with_garbage(stream));
+        } else if behavior == Behavior::BadProtobuf {
+            tokio::spawn(answer_with_bad_protobuf(stream));
         } else if to_tonic.send(Ok(stream)).await.is_err() {
             tracing::error!("fake kubelet: the gRPC server is gone");
             return;
         }
     }
+}
+
+/// Serves HTTP/2 on the connection, answering every request as a successful gRPC call
+/// whose one message is [`BAD_PROTOBUF`].
+async fn answer_with_bad_protobuf(stream: UnixStream) {
+    use http_body_util::StreamBody;
+    use hyper::body::{Bytes, Frame};
+    let service = hyper::service::service_fn(|_request| async {
+        let mut message = vec![0u8];
+        message.extend_from_slice(&(BAD_PROTOBUF.len() as u32).to_be_bytes());
+        message.extend_from_slice(BAD_PROTOBUF);
+        let mut trailers = hyper::HeaderMap::new();
+        trailers.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+        let frames = [
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(message))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let mut response =
+            hyper::Response::new(StreamBody::new(futures_util::stream::iter(frames)));
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/grpc"),
+        );
+        Ok::<_, std::convert::Infallible>(response)
+    });
+    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
 }
 
 /// Writes [`GARBAGE`], closes the write side, then drains what the client sent for a

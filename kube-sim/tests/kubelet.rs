@@ -345,3 +345,26 @@ async fn a_ten_mebibyte_response_gets_through_a_sixteen_mebibyte_limit() {
         .unwrap_err();
     assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
 }
+
+#[tokio::test]
+async fn bad_protobuf_is_a_decode_error_on_a_working_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(&socket_in(&dir)).unwrap();
+    let mut before = client(kubelet.socket_path()).await;
+    assert!(list(&mut before).await.is_ok());
+
+    kubelet.set_behavior(Behavior::BadProtobuf);
+    let mut during = client(kubelet.socket_path()).await;
+    let e = tokio::time::timeout(Duration::from_secs(10), list(&mut during))
+        .await
+        .expect("a bad message must not hang the client")
+        .unwrap_err();
+    // tonic reports a message it cannot decode as INTERNAL, naming the decode error;
+    // the HTTP/2 exchange and the gRPC status itself were fine.
+    assert_eq!(e.code(), Code::Internal, "{e:?}");
+    assert!(e.message().contains("decode"), "{e:?}");
+
+    kubelet.set_behavior(Behavior::Serve);
+    let mut after = client(kubelet.socket_path()).await;
+    assert!(list(&mut after).await.is_ok());
+}

@@ -9,7 +9,11 @@
 //! Each refresh publishes a [`KubeletView`]: the parsed allocations and the health of
 //! the connection. When the kubelet is missing, restarting, slow or answers garbage, the
 //! last good allocations are dropped (pod labels must not outlive the truth), the view
-//! says why, the failure is logged once per outage, and the next attempts back off.
+//! says why, and the failure is logged once per outage. While it lasts, every refresh
+//! first probes the socket with a bare `connect()` (bounded by [`PROBE_TIMEOUT`]); only
+//! a socket that accepts gets a fresh channel and a `List`. So the labels are back
+//! within two refreshes of the kubelet, and an outage costs one `connect()` per
+//! refresh, not a growing backoff.
 
 use super::device_id::{DeviceId, DeviceIdError, ResourceKind, is_gpu_resource};
 use arc_swap::ArcSwap;
@@ -23,8 +27,8 @@ pub use kube_support::proto::podresources as proto;
 /// Largest PodResources answer accepted (kubelet e2e's `defaultPodResourcesMaxSize`).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Longest wait between attempts while the kubelet is not answering.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest wait for the socket to accept a probe's connection while the kubelet is down.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The DRA driver name of NVIDIA's GPU driver.
 pub const NVIDIA_DRA_DRIVER: &str = "gpu.nvidia.com";
@@ -226,12 +230,22 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
     };
     let mut view = KubeletView::default();
     let mut down_logged = false;
-    let mut delay = opts.interval;
     loop {
         let started = Instant::now();
-        let result = match client.as_mut() {
-            Some(c) => list_once(c, opts.timeout).await,
-            None => Err("no channel".into()),
+        let result = if down_logged {
+            match probe(&opts.socket, PROBE_TIMEOUT.min(opts.timeout)).await {
+                // A fresh channel, in case the old one is wedged on a dead connection.
+                Ok(()) => match connect(&opts.socket) {
+                    Ok(c) => list_once(client.insert(c), opts.timeout).await,
+                    Err(e) => Err(format!("cannot set up the kubelet channel: {e}")),
+                },
+                Err(e) => Err(e),
+            }
+        } else {
+            match client.as_mut() {
+                Some(c) => list_once(c, opts.timeout).await,
+                None => Err("no channel".into()),
+            }
         };
         view.lists_total += 1;
         view.last_list_duration = started.elapsed();
@@ -253,12 +267,11 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
                 view.up = true;
                 view.last_error = None;
                 view.last_success = Some(SystemTime::now());
-                delay = opts.interval;
             }
             Err(e) => {
                 view.failures_total += 1;
                 if !down_logged {
-                    tracing::warn!(socket = %opts.socket.display(), error = %e, "kubelet PodResources is not answering; GPU metrics go on without pod labels, retrying with backoff");
+                    tracing::warn!(socket = %opts.socket.display(), error = %e, "kubelet PodResources is not answering; GPU metrics go on without pod labels, probing the socket every refresh");
                     down_logged = true;
                 }
                 if view.up || !view.allocations.is_empty() {
@@ -267,13 +280,23 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
                 view.up = false;
                 view.allocations.clear();
                 view.last_error = Some(e);
-                // A fresh channel, in case the old one is wedged on a dead connection.
-                client = connect(&opts.socket).ok();
-                delay = (delay * 2).min(MAX_BACKOFF).max(opts.interval);
             }
         }
         store.store(Arc::new(view.clone()));
-        tokio::time::sleep(delay.saturating_sub(started.elapsed())).await;
+        tokio::time::sleep(opts.interval.saturating_sub(started.elapsed())).await;
+    }
+}
+
+/// Whether the kubelet's socket accepts a connection within `timeout`: the cheap check
+/// made on every refresh while the kubelet is down.
+async fn probe(socket: &Path, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, tokio::net::UnixStream::connect(socket)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("cannot connect to {}: {e}", socket.display())),
+        Err(_) => Err(format!(
+            "{} accepted no connection within {timeout:?}",
+            socket.display()
+        )),
     }
 }
 

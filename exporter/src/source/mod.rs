@@ -138,6 +138,12 @@ pub trait GpuSource: Send {
     /// (Re)connect and enumerate devices, reading the string attributes in `labels`.
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError>;
 
+    /// While the driver is down: a cheap check, made every cycle, of whether a full
+    /// [`GpuSource::discover`] could succeed now, so that the sampler notices the driver
+    /// is back within a cycle without rediscovering every device on every cycle of an
+    /// outage. Like every call it may block; the sampler's hung-call guard covers it.
+    fn probe(&mut self) -> Result<(), ReadError>;
+
     /// Read `quantities` of one entity; `out` receives one result per quantity, in order.
     fn read(
         &mut self,

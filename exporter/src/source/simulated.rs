@@ -198,6 +198,10 @@ impl GpuSource for SimulatedSource {
         format!("simulated ({})", self.origin)
     }
 
+    fn probe(&mut self) -> Result<(), ReadError> {
+        self.enter().map(|_| ())
+    }
+
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError> {
         self.enter()?;
         let mut entities = Vec::with_capacity(self.slots.len());

@@ -24,7 +24,12 @@ fn adapter(node: &KubeNode, extra: &[&str]) -> Adapter {
 
 /// An EndpointSlice of `service` with a `metrics` port and one endpoint per
 /// (address, ready), as the EndpointSlice controller writes it.
-fn slice(name: &str, service: &str, port: u16, endpoints: &[(&str, bool)]) -> EndpointSlice {
+pub(crate) fn slice(
+    name: &str,
+    service: &str,
+    port: u16,
+    endpoints: &[(&str, bool)],
+) -> EndpointSlice {
     EndpointSlice {
         address_type: "IPv4".into(),
         metadata: ObjectMeta {

@@ -12,6 +12,7 @@ mod cluster;
 mod dashboards;
 mod demo;
 mod deploy;
+mod faults;
 mod features;
 mod golden;
 mod helm;

@@ -261,6 +261,8 @@ pub struct NvmlSource {
     /// The MIG layout differs from the one discovered: rediscover, without
     /// re-initialising NVML.
     layout_stale: bool,
+    /// A probe has just initialised NVML afresh: the discovery that follows need not.
+    probed: bool,
     /// Device handle address of each physical GPU → entity index, for events.
     event_devices: HashMap<usize, usize>,
     /// (GPU entity, GPU-instance ID) → MIG entity, for events.
@@ -281,6 +283,7 @@ impl NvmlSource {
             mig_layouts: Vec::new(),
             layout_checked: Instant::now(),
             layout_stale: false,
+            probed: false,
             event_devices: HashMap::new(),
             event_migs: HashMap::new(),
             xids: None,
@@ -541,7 +544,9 @@ impl GpuSource for NvmlSource {
 
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError> {
         // A MIG layout change needs a new inventory, not a new NVML initialisation.
-        let rediscovery = self.nvml.is_some() && !std::mem::take(&mut self.layout_stale);
+        let layout_only = std::mem::take(&mut self.layout_stale);
+        let probed = std::mem::take(&mut self.probed);
+        let rediscovery = self.nvml.is_some() && !layout_only && !probed;
         let nvml = self.init()?;
         // Every cache goes, GPM samples freed before NVML is shut down.
         self.forget();
@@ -717,6 +722,24 @@ impl GpuSource for NvmlSource {
             nvml_version,
             entities,
         })
+    }
+
+    /// Initialise NVML (the first time, which loads the library) or initialise it again
+    /// (after a failure, so a reloaded driver is picked up), then count the devices: the
+    /// calls a discovery starts with, and nothing per device.
+    fn probe(&mut self) -> Result<(), ReadError> {
+        let nvml = match self.nvml {
+            None => self.init()?,
+            Some(nvml) => {
+                // Handles and GPM samples of the old initialisation go before it does.
+                self.forget();
+                raw::reinit(nvml)?;
+                nvml
+            }
+        };
+        nvml.device_count().map_err(map_err)?;
+        self.probed = true;
+        Ok(())
     }
 
     fn read(
