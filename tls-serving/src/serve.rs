@@ -23,7 +23,7 @@ use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::CertificateDer;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -155,12 +155,11 @@ pub async fn serve(
     // the same; accepting keeps the queue moving so the reserve can take a probe, and the
     // client learns at once instead of timing out.
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let reserve_size = if limits.health_paths.is_empty() {
+    let mut reserve = HealthReserve::new(if limits.health_paths.is_empty() {
         0
     } else {
         limits.health_reserve
-    };
-    let reserve = Arc::new(Semaphore::new(reserve_size));
+    });
     let (closing, closing_rx) = watch::channel(false);
     let mut refusals = RefusalLog::default();
     tokio::pin!(shutdown);
@@ -178,10 +177,10 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let (permit, health_only) = if let Ok(permit) = slots.clone().try_acquire_owned() {
-            (permit, false)
-        } else if let Ok(permit) = reserve.clone().try_acquire_owned() {
-            (permit, true)
+        let (permit, health) = if let Ok(permit) = slots.clone().try_acquire_owned() {
+            (permit, None)
+        } else if let Some((permit, ticket)) = reserve.admit(limits.health_timeout) {
+            (permit, Some(ticket))
         } else {
             refusals.refused(remote, limits.max_connections);
             drop(stream);
@@ -189,14 +188,14 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let tls = tls.as_ref().map(|handle| handle.load_full());
-        let (protocols, deadline) = if health_only {
-            (health_protocols.clone(), Some(limits.health_timeout))
+        let protocols = if health.is_some() {
+            health_protocols.clone()
         } else {
-            (protocols.clone(), None)
+            protocols.clone()
         };
         let connection = Connection {
             router: router.clone(),
-            health_only,
+            health: health.clone(),
             limits: limits.clone(),
             closing: closing_rx.clone(),
             remote,
@@ -204,10 +203,15 @@ pub async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             let served = connection.run(stream, tls, &protocols);
-            match deadline {
+            match health {
                 None => served.await,
-                Some(deadline) => {
-                    let _ = tokio::time::timeout(deadline, served).await;
+                Some(ticket) => {
+                    let deadline = tokio::time::sleep(ticket.deadline);
+                    tokio::select! {
+                        () = served => {}
+                        () = deadline => {}
+                        () = ticket.evict.notified() => {}
+                    }
                 }
             }
         });
@@ -217,7 +221,7 @@ pub async fn serve(
     // Every connection holds a permit until it ends: holding them all means drained.
     let drained = async {
         let _all = slots.acquire_many(permits(limits.max_connections)).await;
-        let _all = reserve.acquire_many(permits(reserve_size)).await;
+        let _all = reserve.alive.acquire_many(permits(reserve.alive_max)).await;
     };
     if tokio::time::timeout(limits.drain_timeout, drained)
         .await
@@ -230,6 +234,70 @@ pub async fn serve(
 
 fn permits(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The health reserve: connections beyond the cap that may only ask the health paths.
+/// A flood fills it too, so when it is full a new connection takes the place of the
+/// oldest one that has not begun a request (a probe sends its request at once; a
+/// flood's connection idles), and only when every reserve connection is serving is a
+/// new one refused. Hand-written: hyper has no notion of connection admission.
+struct HealthReserve {
+    size: usize,
+    /// Admitted connections, oldest first; a ticket only this holds has ended.
+    tickets: std::collections::VecDeque<Arc<ReserveTicket>>,
+    /// Reserve connections alive, evicted ones included until they have closed, so
+    /// descriptors stay bounded however fast connections arrive.
+    alive: Arc<Semaphore>,
+    alive_max: usize,
+}
+
+/// One reserve connection, as the accept loop and the connection share it.
+struct ReserveTicket {
+    /// Set when its request begins; from then on it is not evicted.
+    serving: std::sync::atomic::AtomicBool,
+    /// Told to close, for a newer connection.
+    evict: Notify,
+    /// Its whole life: handshake, one request, the answer.
+    deadline: Duration,
+}
+
+impl HealthReserve {
+    fn new(size: usize) -> Self {
+        let alive_max = size * 2;
+        HealthReserve {
+            size,
+            tickets: std::collections::VecDeque::with_capacity(size),
+            alive: Arc::new(Semaphore::new(alive_max)),
+            alive_max,
+        }
+    }
+
+    /// A place for a new connection, evicting the oldest idle one when full; `None`
+    /// when there is no reserve, all of it is serving, or too many evicted connections
+    /// have yet to close.
+    fn admit(&mut self, deadline: Duration) -> Option<(OwnedSemaphorePermit, Arc<ReserveTicket>)> {
+        if self.size == 0 {
+            return None;
+        }
+        let permit = self.alive.clone().try_acquire_owned().ok()?;
+        self.tickets.retain(|ticket| Arc::strong_count(ticket) > 1);
+        if self.tickets.len() >= self.size {
+            let idle = self
+                .tickets
+                .iter()
+                .position(|ticket| !ticket.serving.load(Ordering::Acquire))?;
+            if let Some(evicted) = self.tickets.remove(idle) {
+                evicted.evict.notify_one();
+            }
+        }
+        let ticket = Arc::new(ReserveTicket {
+            serving: std::sync::atomic::AtomicBool::new(false),
+            evict: Notify::new(),
+            deadline,
+        });
+        self.tickets.push_back(ticket.clone());
+        Some((permit, ticket))
+    }
 }
 
 /// Logs refused connections, once per [`REFUSAL_LOG_INTERVAL`] with a count.
@@ -282,7 +350,7 @@ impl ProtocolSet {
 struct Connection {
     router: Router,
     /// A health-reserve connection: only the health paths are served, others get 503.
-    health_only: bool,
+    health: Option<Arc<ReserveTicket>>,
     limits: Arc<Limits>,
     closing: watch::Receiver<bool>,
     remote: SocketAddr,
@@ -334,9 +402,10 @@ impl Connection {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let activity = Arc::new(Activity::new());
-        let only = self
-            .health_only
-            .then(|| Arc::<[String]>::from(self.limits.health_paths.as_slice()));
+        let only = self.health.map(|ticket| HealthOnly {
+            paths: Arc::from(self.limits.health_paths.as_slice()),
+            ticket,
+        });
         let service = TowerToHyperService::new(tracked_service(
             self.router,
             only,
@@ -489,11 +558,19 @@ impl http_body::Body for TrackedBody {
     }
 }
 
+/// A reserve connection's restriction: these paths only, and its ticket to mark once a
+/// request begins.
+#[derive(Clone)]
+struct HealthOnly {
+    paths: Arc<[String]>,
+    ticket: Arc<ReserveTicket>,
+}
+
 /// `router` with the connection's extensions on each request, counting requests in
 /// progress on `activity`; with `only`, paths not in it get a 503 instead.
 fn tracked_service(
     router: Router,
-    only: Option<Arc<[String]>>,
+    only: Option<HealthOnly>,
     peer: PeerCertificates,
     remote: SocketAddr,
     activity: Arc<Activity>,
@@ -509,9 +586,10 @@ fn tracked_service(
         let in_flight = activity.begin();
         request.extensions_mut().insert(peer.clone());
         request.extensions_mut().insert(RemoteAddr(remote));
-        let allowed = only
-            .as_ref()
-            .is_none_or(|paths| paths.iter().any(|p| p == request.uri().path()));
+        let allowed = only.as_ref().is_none_or(|only| {
+            only.ticket.serving.store(true, Ordering::Release);
+            only.paths.iter().any(|p| p == request.uri().path())
+        });
         let call = allowed.then(|| router.clone().oneshot(request));
         async move {
             let response = match call {
