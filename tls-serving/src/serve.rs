@@ -150,10 +150,11 @@ pub async fn serve(
     let protocols = Arc::new(ProtocolSet::new(builder));
     let health_protocols = Arc::new(ProtocolSet::new(health_builder));
 
-    // Beyond the cap a connection is accepted and closed at once rather than left in
-    // the kernel's backlog: a full backlog drops every SYN, probes' included, and costs
-    // the same; accepting keeps the queue moving so the reserve can take a probe, and the
-    // client learns at once instead of timing out.
+    // Beyond the cap (and the health reserve, below) a connection is accepted and
+    // closed at once rather than left in the kernel's backlog: a full backlog drops
+    // every SYN, probes' included, and holds the same; accepting keeps the queue moving
+    // so the reserve can take a probe, and the client learns at once instead of timing
+    // out. The cap keeps descriptors under `nofile`, so accept itself never fails.
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut reserve = HealthReserve::new(if limits.health_paths.is_empty() {
         0
@@ -241,6 +242,8 @@ fn permits(n: usize) -> u32 {
 /// oldest one that has not begun a request (a probe sends its request at once; a
 /// flood's connection idles), and only when every reserve connection is serving is a
 /// new one refused. Hand-written: hyper has no notion of connection admission.
+/// Not a loopback-only reserve, because the kubelet probes from the node's address,
+/// and not a separate health port, so the shipped probes keep working unchanged.
 struct HealthReserve {
     size: usize,
     /// Admitted connections, oldest first; a ticket only this holds has ended.
