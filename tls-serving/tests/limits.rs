@@ -289,6 +289,39 @@ async fn a_flood_at_the_connection_cap_still_gets_health_answered() {
     assert_eq!(after, Some(200), "served again after the flood");
 }
 
+/// The adapter's probes are HTTPS: the reserve's connection does its handshake too.
+#[tokio::test]
+async fn a_flood_at_the_cap_still_gets_health_answered_over_tls() {
+    let (handle, trust) = tls_handle();
+    let limits = Limits {
+        max_connections: 2,
+        health_reserve: 1,
+        health_paths: vec!["/healthz".to_string()],
+        health_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
+        handshake_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let addr = start(Some(handle), limits).await;
+    // Idle TCP connections that never start their handshake.
+    let mut flood = Vec::new();
+    for _ in 0..6 {
+        flood.push(TcpStream::connect(&addr).await.expect("connect"));
+    }
+    let mut probe = tls_connect(&addr, &trust, &[b"http/1.1"]).await;
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .expect("request");
+    let answer = read_until_closed(&mut probe, PATIENCE)
+        .await
+        .expect("one request, then closed");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("healthy"), "{text}");
+    drop(flood);
+}
+
 /// A HEADERS frame (END_HEADERS, END_STREAM) for `GET path` on `stream`, its header
 /// block in HPACK without touching the dynamic table: indexed `:method GET` and
 /// `:scheme http`, literal `:path` and `:authority` with indexed names.
