@@ -416,7 +416,10 @@ impl Connection {
             self.remote,
             activity.clone(),
         ));
-        let io = TokioIo::new(io);
+        let io = TokioIo::new(WatchedIo {
+            io,
+            activity: activity.clone(),
+        });
         if builder.is_http2_available() {
             let connection = builder.serve_connection_with_upgrades(io, service);
             watch_connection(connection, &activity, &self.limits, self.closing).await;
@@ -430,9 +433,11 @@ impl Connection {
 }
 
 /// Drives `connection` until it ends, closing it gracefully when it has had no request
-/// in progress for the idle timeout or the server shuts down. Written here because
-/// hyper has no idle timeout for HTTP/2 connections, nor one for the wait before a
-/// connection's first byte; its HTTP/1.1 header-read timeout covers keep-alive.
+/// in progress for the idle timeout or the server shuts down, and at once when the
+/// client has read nothing of an answer for the idle timeout. Written here because
+/// hyper has no idle timeout for HTTP/2 connections, none for the wait before a
+/// connection's first byte, and no write timeout; its HTTP/1.1 header-read timeout
+/// covers keep-alive.
 async fn watch_connection<C>(
     connection: C,
     activity: &Activity,
@@ -448,6 +453,9 @@ async fn watch_connection<C>(
         () = activity.idle_for(limits.idle_timeout) => CLOSE_GRACE,
         // An error means the server is gone: close as well.
         _ = closing.wait_for(|closing| *closing) => limits.drain_timeout,
+        // A client that stopped reading holds its answer (and slot) forever; nothing
+        // graceful can be sent to it.
+        () = activity.write_stalled_for(limits.idle_timeout) => return,
     };
     connection.as_mut().graceful_shutdown();
     // Requests in progress may finish (up to the drain timeout); an idle connection goes
@@ -465,6 +473,9 @@ async fn watch_connection<C>(
 /// Requests in progress on one connection, and since when it has had none.
 struct Activity {
     in_flight: AtomicUsize,
+    /// Milliseconds from `origin` to when a write last found the client's window or
+    /// the socket buffer full; [`NOT_BLOCKED`] while writes go through.
+    write_blocked_since_ms: AtomicU64,
     /// Milliseconds from `origin` to when the last request ended (or the start).
     idle_since_ms: AtomicU64,
     origin: Instant,
@@ -475,6 +486,7 @@ impl Activity {
     fn new() -> Self {
         Activity {
             in_flight: AtomicUsize::new(0),
+            write_blocked_since_ms: AtomicU64::new(NOT_BLOCKED),
             idle_since_ms: AtomicU64::new(0),
             origin: Instant::now(),
             changed: Notify::new(),
@@ -497,6 +509,38 @@ impl Activity {
         u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Completes once one write has waited `timeout` for the client to read.
+    async fn write_stalled_for(&self, timeout: Duration) {
+        loop {
+            let since = self.write_blocked_since_ms.load(Ordering::Acquire);
+            let wait = if since == NOT_BLOCKED {
+                timeout
+            } else {
+                let deadline = self.origin + Duration::from_millis(since) + timeout;
+                let now = Instant::now();
+                if now >= deadline {
+                    return;
+                }
+                deadline - now
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn write_blocked(&self) {
+        let _ = self.write_blocked_since_ms.compare_exchange(
+            NOT_BLOCKED,
+            self.elapsed_ms(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn write_unblocked(&self) {
+        self.write_blocked_since_ms
+            .store(NOT_BLOCKED, Ordering::Release);
+    }
+
     /// Completes once no request has been in progress for `timeout`.
     async fn idle_for(&self, timeout: Duration) {
         loop {
@@ -517,6 +561,69 @@ impl Activity {
                 changed.await;
             }
         }
+    }
+}
+
+/// [`Activity::write_blocked_since_ms`] while no write waits.
+const NOT_BLOCKED: u64 = u64::MAX;
+
+/// The connection's transport, noting on its [`Activity`] when writes wait for the
+/// client to read.
+struct WatchedIo<I> {
+    io: I,
+    activity: Arc<Activity>,
+}
+
+impl<I> WatchedIo<I> {
+    fn note<T>(&self, poll: Poll<T>) -> Poll<T> {
+        match poll {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(_) => self.activity.write_unblocked(),
+        }
+        poll
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WatchedIo<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WatchedIo<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.note(poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.note(poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.note(poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

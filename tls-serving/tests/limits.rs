@@ -21,12 +21,31 @@ use tokio::time::Instant;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// `/` and `/healthz` answer at once; `/hold` never answers, keeping its request (and,
-/// on HTTP/2, its stream) open.
+/// on HTTP/2, its stream) open; `/endless` answers a body that never ends.
 fn router() -> axum::Router {
     axum::Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/healthz", get(|| async { "healthy" }))
         .route("/hold", get(std::future::pending::<&'static str>))
+        .route("/endless", get(|| async { axum::body::Body::new(Endless) }))
+}
+
+/// A response body of 64 KiB chunks, forever.
+struct Endless;
+
+impl http_body::Body for Endless {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        static CHUNK: [u8; 64 << 10] = [b'x'; 64 << 10];
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(
+            axum::body::Bytes::from_static(&CHUNK),
+        ))))
+    }
 }
 
 async fn start(tls: Option<TlsConfigHandle>, limits: Limits) -> String {
@@ -50,8 +69,8 @@ fn idle_after(idle: Duration) -> Limits {
     }
 }
 
-/// Reads until the peer closes (EOF or a reset) and returns what it sent, or `Err`
-/// with what it sent if it is still open after `within`.
+/// Reads until the peer closes (EOF or a reset) and returns what it sent (its first
+/// MiB), or `Err` with that if it is still open after `within`.
 async fn read_until_closed<R: AsyncRead + Unpin>(
     reader: &mut R,
     within: Duration,
@@ -60,10 +79,16 @@ async fn read_until_closed<R: AsyncRead + Unpin>(
     let mut received = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
+        // Checked here too: a peer that never stops sending keeps `read` ready, and a
+        // ready future never lets its timeout fire.
+        if Instant::now() >= deadline {
+            return Err(received);
+        }
         match tokio::time::timeout_at(deadline, reader.read(&mut buf)).await {
             Err(_) => return Err(received),
             Ok(Ok(0)) | Ok(Err(_)) => return Ok(received),
-            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+            Ok(Ok(n)) if received.len() < 1 << 20 => received.extend_from_slice(&buf[..n]),
+            Ok(Ok(_)) => {}
         }
     }
 }
@@ -222,6 +247,25 @@ async fn a_slowloris_dripping_headers_is_cut() {
         "still open after the whole request was dripped ({sent} bytes)"
     );
     assert!(sent < request.len(), "cut before the headers completed");
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_its_answer_is_dropped() {
+    let idle = Duration::from_millis(300);
+    let addr = start(None, idle_after(idle)).await;
+    let mut tcp = TcpStream::connect(&addr).await.expect("connect");
+    tcp.write_all(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    // The behaviour under test: the client reads nothing for a while, so the server's
+    // writes wait on full buffers for longer than the idle timeout.
+    tokio::time::sleep(idle * 3).await;
+    // Dropped, the server sent what its buffers held and then closed; still open, it
+    // would stream forever now that the client reads.
+    assert!(
+        read_until_closed(&mut tcp, PATIENCE).await.is_ok(),
+        "the stalled answer was dropped"
+    );
 }
 
 /// One HTTP/1.1 GET on a new connection: the status code, or `None` when the
