@@ -106,6 +106,9 @@ const HTTP2_CONNECTION_WINDOW: u32 = 256 << 10;
 /// go, unless a request raced in.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How long admission to the health reserve waits for evicted connections to close.
+const EVICTED_CLOSE_WAIT: Duration = Duration::from_millis(250);
+
 /// How often refused connections are logged at most, so a flood does not flood the log.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -180,7 +183,7 @@ pub async fn serve(
         };
         let (permit, health) = if let Ok(permit) = slots.clone().try_acquire_owned() {
             (permit, None)
-        } else if let Some((permit, ticket)) = reserve.admit(limits.health_timeout) {
+        } else if let Some((permit, ticket)) = reserve.admit(limits.health_timeout).await {
             (permit, Some(ticket))
         } else {
             refusals.refused(remote, limits.max_connections);
@@ -278,11 +281,31 @@ impl HealthReserve {
     /// A place for a new connection, evicting the oldest idle one when full; `None`
     /// when there is no reserve, all of it is serving, or too many evicted connections
     /// have yet to close.
-    fn admit(&mut self, deadline: Duration) -> Option<(OwnedSemaphorePermit, Arc<ReserveTicket>)> {
+    async fn admit(
+        &mut self,
+        deadline: Duration,
+    ) -> Option<(OwnedSemaphorePermit, Arc<ReserveTicket>)> {
         if self.size == 0 {
             return None;
         }
-        let permit = self.alive.clone().try_acquire_owned().ok()?;
+        self.tickets.retain(|ticket| Arc::strong_count(ticket) > 1);
+        let has_place = self.tickets.len() < self.size
+            || self
+                .tickets
+                .iter()
+                .any(|ticket| !ticket.serving.load(Ordering::Acquire));
+        if !has_place {
+            return None;
+        }
+        let permit = match self.alive.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            // Connections evicted a moment ago have yet to run and close (a burst
+            // evicts faster than a busy runtime schedules): wait for them briefly.
+            Err(_) => tokio::time::timeout(EVICTED_CLOSE_WAIT, self.alive.clone().acquire_owned())
+                .await
+                .ok()?
+                .ok()?,
+        };
         self.tickets.retain(|ticket| Arc::strong_count(ticket) > 1);
         if self.tickets.len() >= self.size {
             let idle = self
