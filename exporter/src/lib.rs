@@ -215,6 +215,8 @@ pub fn run(cli: Cli) -> Result<()> {
 
     let state = Arc::new(http::AppState::new(store, cli.interval(), cli.openmetrics));
     let address = cli.bind_address();
+    // Probes carry no credentials, so the paths open to everyone are the health paths.
+    let limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
     let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&address)
             .await
@@ -241,9 +243,15 @@ pub fn run(cli: Cli) -> Result<()> {
             tls = handle;
         }
         tracing::info!(address = %local, tls = tls.is_some(), "listening");
-        tls_serving::serve(listener, tls, router, kube_support::shutdown::signal())
-            .await
-            .map_err(Error::Serve)
+        tls_serving::serve(
+            listener,
+            tls,
+            router,
+            limits,
+            kube_support::shutdown::signal(),
+        )
+        .await
+        .map_err(Error::Serve)
     });
     drop(stop_tx);
     let _ = sampler_thread.join();

@@ -193,6 +193,9 @@ async fn serve_grpc(
     let local = listener.local_addr()?;
     tracing::info!(grpc_address = %local, tls = tls.is_some(), mutual_tls = cli.grpc_client_ca_file.is_some(), "KEDA external scaler ready");
     let scaler = keda::Scaler::new(state, cli.scrape_interval);
+    // No health paths on the gRPC port, so no reserve. KEDA's connections get the HTTP/2
+    // limits and server pings of every listener (tls_serving::Limits).
+    let limits = cli.listener_limits(&[]);
     let grpc = tonic::service::Routes::new(
         keda::proto::external_scaler_server::ExternalScalerServer::new(scaler),
     )
@@ -202,9 +205,12 @@ async fn serve_grpc(
         telemetry::track_grpc,
     ));
     Ok(tokio::spawn(async move {
-        Ok(tls_serving::serve(listener, tls, grpc, stopping(stopped)).await?)
+        Ok(tls_serving::serve(listener, tls, grpc, limits, stopping(stopped)).await?)
     }))
 }
+
+/// The probes' paths, which the HTTPS port's health reserve answers under a flood.
+const HEALTH_PATHS: &[&str] = &["/healthz", "/readyz", "/livez"];
 
 /// The metrics APIs and the adapter's own `/metrics` on --secure-port, until `stopped`.
 /// `/metrics` sits behind authentication and authorization like every other path (a
@@ -230,7 +236,8 @@ async fn serve_api(
     let listener = listen(format!("{}:{}", cli.bind_address, cli.secure_port)).await?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, tls = tls.is_some(), "listening");
-    Ok(tls_serving::serve(listener, tls, api, stopping(stopped)).await?)
+    let limits = cli.listener_limits(HEALTH_PATHS);
+    Ok(tls_serving::serve(listener, tls, api, limits, stopping(stopped)).await?)
 }
 
 /// Delegated authentication and authorization, with the API clients their flags name.

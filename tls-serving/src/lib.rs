@@ -10,6 +10,11 @@
 //!   (bounded by a timeout), and serves HTTP/1.1 and HTTP/2 (ALPN `h2`, `http/1.1`)
 //!   with graceful shutdown. Each request carries the connection's
 //!   [`PeerCertificates`] as an extension.
+//! - Every connection is bounded ([`Limits`]): an idle timeout from accept to the
+//!   first request and between requests (HTTP/1.1 keep-alive, HTTP/2 with no open
+//!   stream, after a TLS handshake), a handshake timeout, a cap on connections with a
+//!   small reserve that answers only the health paths, an HTTP/2 stream limit and
+//!   server pings.
 //! - Plain HTTP sent to a TLS port gets Go's answer, a `400` saying so, instead of a
 //!   hung or reset connection.
 //! - [`ClientAuth`] covers exporter-toolkit's five client-certificate policies plus the
@@ -27,7 +32,7 @@ mod serve;
 pub use client_auth::ClientAuth;
 pub use pem::{ca_bundle_from_pem, load_ca_bundle, load_cert_chain, load_private_key};
 pub use reload::{ReloadError, TlsConfigHandle, watch_files, watch_server_config};
-pub use serve::{PeerCertificates, RemoteAddr, serve};
+pub use serve::{Limits, PeerCertificates, RemoteAddr, serve};
 
 use std::path::PathBuf;
 use std::sync::Arc;

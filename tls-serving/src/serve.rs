@@ -1,18 +1,30 @@
-//! The accept loop: TCP, optional TLS, HTTP/1.1 and HTTP/2, graceful shutdown.
+//! The accept loop: TCP, optional TLS, HTTP/1.1 and HTTP/2, every connection bounded in
+//! time and number, graceful shutdown.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::CertificateDer;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::TlsConfigHandle;
@@ -26,12 +38,79 @@ pub struct PeerCertificates(pub Arc<[CertificateDer<'static>]>);
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteAddr(pub SocketAddr);
 
-/// A client must finish the TLS handshake within this, so idle sockets cannot pile up.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// And send a request's headers within this (HTTP/1.1).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// On shutdown, in-flight requests get this long to finish.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long and how many connections a listener holds. Every field has a default that
+/// suits a metrics endpoint; each binary exposes the ones worth tuning as flags.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// A TLS client must send its first byte and finish the handshake within this.
+    pub handshake_timeout: Duration,
+    /// How long a connection may go without a request in progress: from accept (or the
+    /// end of the TLS handshake) to its first request, and between requests (HTTP/1.1
+    /// keep-alive, HTTP/2 with no open stream). For HTTP/1.1 this is also the header-read
+    /// timeout, so request headers dripped slower than this are cut (slowloris).
+    pub idle_timeout: Duration,
+    /// Connections served at once on this listener; more are accepted and closed at
+    /// once (beyond the health reserve).
+    pub max_connections: usize,
+    /// Extra connections, beyond `max_connections`, that answer only `health_paths`:
+    /// liveness and readiness probes still get through a flood. Each lives at most
+    /// `health_timeout` and serves one request.
+    pub health_reserve: usize,
+    /// The paths the reserve answers; empty: no reserve.
+    pub health_paths: Vec<String>,
+    /// The whole life of a reserve connection: handshake, one request, its answer.
+    pub health_timeout: Duration,
+    /// Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_concurrent_streams: u32,
+    /// The largest header block an HTTP/2 client may send (SETTINGS_MAX_HEADER_LIST_SIZE).
+    pub http2_max_header_list_size: u32,
+    /// The server pings each HTTP/2 connection this often, and closes it when a ping is
+    /// not answered within `http2_keep_alive_timeout`: a vanished peer (a node gone, a
+    /// NAT that dropped the flow) is noticed even while a request is in progress.
+    pub http2_keep_alive_interval: Duration,
+    pub http2_keep_alive_timeout: Duration,
+    /// On shutdown, in-flight requests get this long to finish.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            handshake_timeout: Duration::from_secs(10),
+            // hyper's own header-read default, and what this server always had.
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            health_reserve: 8,
+            health_paths: Vec::new(),
+            health_timeout: Duration::from_secs(2),
+            // Go's net/http2 default.
+            http2_max_concurrent_streams: 250,
+            // hyper's default, as an explicit bound.
+            http2_max_header_list_size: 16 << 10,
+            // gRPC's keepalive timeout is 20 s; pinging every 30 s finds a dead peer
+            // within 50 s, while idle connections are closed sooner by `idle_timeout`.
+            http2_keep_alive_interval: Duration::from_secs(30),
+            http2_keep_alive_timeout: Duration::from_secs(20),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// HTTP/2 flow-control windows: how much request body a client may send before the
+/// handler reads it. Every request these servers take is a GET or a small gRPC message,
+/// so hyper's 1 MiB defaults would only let a client park a megabyte per connection.
+const HTTP2_STREAM_WINDOW: u32 = 64 << 10;
+const HTTP2_CONNECTION_WINDOW: u32 = 256 << 10;
+
+/// After an idle connection is told to close (HTTP/2: a GOAWAY), it gets this long to
+/// go, unless a request raced in.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long admission to the health reserve waits for evicted connections to close.
+const EVICTED_CLOSE_WAIT: Duration = Duration::from_millis(250);
+
+/// How often refused connections are logged at most, so a flood does not flood the log.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The first byte of every TLS connection: a handshake record.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -40,25 +119,53 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// given (each connection takes the configuration current at its accept), else plain.
 /// HTTP/1.1 and HTTP/2 (by ALPN, or by prior knowledge on plain connections, which gRPC
 /// clients use) are both served; a TLS configuration whose ALPN list lacks `h2` gets
-/// HTTP/1.1 only. Errors of one connection end only that connection.
+/// HTTP/1.1 only. Errors of one connection end only that connection. `limits` bounds
+/// every connection's idle time and their number.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsConfigHandle>,
     router: Router,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
+    let limits = Arc::new(limits);
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper's header-read timer runs from the moment the connection waits for a
+    // request head, so it is HTTP/1.1's keep-alive idle timeout and slowloris bound in
+    // one. It does not cover the wait before the first byte (hyper-util's version sniff
+    // reads with no timer); the idle watch below does.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    builder.http2().timer(TokioTimer::new());
-    // For TLS configurations that do not offer h2 by ALPN (exporter-toolkit's
-    // `http2: false`): HTTP/1.1 only, so h2 by prior knowledge is refused too, as Go's
-    // server refuses it without h2 in its TLSNextProto.
-    let http1_only = Arc::new(builder.clone().http1_only());
-    let builder = Arc::new(builder);
+        .header_read_timeout(limits.idle_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+        .max_header_list_size(limits.http2_max_header_list_size)
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+        .keep_alive_interval(limits.http2_keep_alive_interval)
+        .keep_alive_timeout(limits.http2_keep_alive_timeout);
+    let mut health_builder = builder.clone();
+    // A reserve connection serves one request.
+    health_builder.http1().keep_alive(false);
+    let protocols = Arc::new(ProtocolSet::new(builder));
+    let health_protocols = Arc::new(ProtocolSet::new(health_builder));
+
+    // Beyond the cap (and the health reserve, below) a connection is accepted and
+    // closed at once rather than left in the kernel's backlog: a full backlog drops
+    // every SYN, probes' included, and holds the same; accepting keeps the queue moving
+    // so the reserve can take a probe, and the client learns at once instead of timing
+    // out. The cap keeps descriptors under `nofile`, so accept itself never fails.
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut reserve = HealthReserve::new(if limits.health_paths.is_empty() {
+        0
+    } else {
+        limits.health_reserve
+    });
+    let (closing, closing_rx) = watch::channel(false);
+    let mut refusals = RefusalLog::default();
     tokio::pin!(shutdown);
     loop {
         let (stream, remote) = tokio::select! {
@@ -74,40 +181,53 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let (permit, health) = if let Ok(permit) = slots.clone().try_acquire_owned() {
+            (permit, None)
+        } else if let Some((permit, ticket)) = reserve.admit(limits.health_timeout).await {
+            (permit, Some(ticket))
+        } else {
+            refusals.refused(remote, limits.max_connections);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let tls = tls.as_ref().map(|handle| handle.load_full());
-        let router = router.clone();
-        let builder = match &tls {
-            Some(config) if !config.alpn_protocols.iter().any(|p| p == b"h2") => {
-                Protocols::Http1Only(http1_only.clone())
-            }
-            _ => Protocols::Auto(builder.clone()),
+        let protocols = if health.is_some() {
+            health_protocols.clone()
+        } else {
+            protocols.clone()
         };
-        let watcher = graceful.watcher();
+        let connection = Connection {
+            router: router.clone(),
+            health: health.clone(),
+            limits: limits.clone(),
+            closing: closing_rx.clone(),
+            remote,
+        };
         tokio::spawn(async move {
-            match tls {
-                None => {
-                    let service = with_extensions(router, PeerCertificates::default(), remote);
-                    serve_connection(&builder, watcher, stream, service).await;
-                }
-                Some(config) => {
-                    let Some(stream) = handshake(stream, config, remote).await else {
-                        return;
-                    };
-                    let peer: Arc<[CertificateDer<'static>]> = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
-                        .unwrap_or_default();
-                    let service = with_extensions(router, PeerCertificates(peer), remote);
-                    serve_connection(&builder, watcher, stream, service).await;
+            let _permit = permit;
+            let served = connection.run(stream, tls, &protocols);
+            match health {
+                None => served.await,
+                Some(ticket) => {
+                    let deadline = tokio::time::sleep(ticket.deadline);
+                    tokio::select! {
+                        () = served => {}
+                        () = deadline => {}
+                        () = ticket.evict.notified() => {}
+                    }
                 }
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    let _ = closing.send(true);
+    // Every connection holds a permit until it ends: holding them all means drained.
+    let drained = async {
+        let _all = slots.acquire_many(permits(limits.max_connections)).await;
+        let _all = reserve.alive.acquire_many(permits(reserve.alive_max)).await;
+    };
+    if tokio::time::timeout(limits.drain_timeout, drained)
         .await
         .is_err()
     {
@@ -116,101 +236,553 @@ pub async fn serve(
     Ok(())
 }
 
-/// Which HTTP versions a connection may speak.
-enum Protocols {
-    /// HTTP/1.1 or h2, whichever the client starts (with upgrades).
-    Auto(Arc<auto::Builder<TokioExecutor>>),
-    /// A builder made with `http1_only()`.
-    Http1Only(Arc<auto::Builder<TokioExecutor>>),
+fn permits(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// One connection, HTTP/1.1 or h2, until it closes or the drain ends it.
-async fn serve_connection<I, S>(
-    protocols: &Protocols,
-    watcher: hyper_util::server::graceful::Watcher,
-    io: I,
-    service: S,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: tower::Service<
-            axum::extract::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let io = TokioIo::new(io);
-    let service = TowerToHyperService::new(service);
-    // A connection's error (a reset, a malformed request) ends only that connection.
-    match protocols {
-        Protocols::Auto(builder) => {
-            let connection = builder.serve_connection_with_upgrades(io, service);
-            let _ = watcher.watch(connection.into_owned()).await;
+/// The health reserve: connections beyond the cap that may only ask the health paths.
+/// A flood fills it too, so when it is full a new connection takes the place of the
+/// oldest one that has not begun a request (a probe sends its request at once; a
+/// flood's connection idles), and only when every reserve connection is serving is a
+/// new one refused. Hand-written: hyper has no notion of connection admission.
+/// Not a loopback-only reserve, because the kubelet probes from the node's address,
+/// and not a separate health port, so the shipped probes keep working unchanged.
+struct HealthReserve {
+    size: usize,
+    /// Admitted connections, oldest first; a ticket only this holds has ended.
+    tickets: std::collections::VecDeque<Arc<ReserveTicket>>,
+    /// Reserve connections alive, evicted ones included until they have closed, so
+    /// descriptors stay bounded however fast connections arrive.
+    alive: Arc<Semaphore>,
+    alive_max: usize,
+}
+
+/// One reserve connection, as the accept loop and the connection share it.
+struct ReserveTicket {
+    /// Set when its request begins; from then on it is not evicted.
+    serving: std::sync::atomic::AtomicBool,
+    /// Told to close, for a newer connection.
+    evict: Notify,
+    /// Its whole life: handshake, one request, the answer.
+    deadline: Duration,
+}
+
+impl HealthReserve {
+    fn new(size: usize) -> Self {
+        let alive_max = size * 2;
+        HealthReserve {
+            size,
+            tickets: std::collections::VecDeque::with_capacity(size),
+            alive: Arc::new(Semaphore::new(alive_max)),
+            alive_max,
         }
-        // `serve_connection`, because `serve_connection_with_upgrades` sniffs the
-        // version itself and ignores `http1_only` (hyper-util 0.1.21).
-        Protocols::Http1Only(builder) => {
-            let connection = builder.serve_connection(io, service);
-            let _ = watcher.watch(connection.into_owned()).await;
+    }
+
+    /// A place for a new connection, evicting the oldest idle one when full; `None`
+    /// when there is no reserve, all of it is serving, or too many evicted connections
+    /// have yet to close.
+    async fn admit(
+        &mut self,
+        deadline: Duration,
+    ) -> Option<(OwnedSemaphorePermit, Arc<ReserveTicket>)> {
+        if self.size == 0 {
+            return None;
+        }
+        self.tickets.retain(|ticket| Arc::strong_count(ticket) > 1);
+        let has_place = self.tickets.len() < self.size
+            || self
+                .tickets
+                .iter()
+                .any(|ticket| !ticket.serving.load(Ordering::Acquire));
+        if !has_place {
+            return None;
+        }
+        let permit = match self.alive.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            // Connections evicted a moment ago have yet to run and close (a burst
+            // evicts faster than a busy runtime schedules): wait for them briefly.
+            Err(_) => tokio::time::timeout(EVICTED_CLOSE_WAIT, self.alive.clone().acquire_owned())
+                .await
+                .ok()?
+                .ok()?,
+        };
+        self.tickets.retain(|ticket| Arc::strong_count(ticket) > 1);
+        if self.tickets.len() >= self.size {
+            let idle = self
+                .tickets
+                .iter()
+                .position(|ticket| !ticket.serving.load(Ordering::Acquire))?;
+            if let Some(evicted) = self.tickets.remove(idle) {
+                evicted.evict.notify_one();
+            }
+        }
+        let ticket = Arc::new(ReserveTicket {
+            serving: std::sync::atomic::AtomicBool::new(false),
+            evict: Notify::new(),
+            deadline,
+        });
+        self.tickets.push_back(ticket.clone());
+        Some((permit, ticket))
+    }
+}
+
+/// Logs refused connections, once per [`REFUSAL_LOG_INTERVAL`] with a count.
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, remote: SocketAddr, max: usize) {
+        self.unlogged += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_none_or(|last| now.duration_since(last) >= REFUSAL_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                %remote,
+                refused = self.unlogged,
+                max_connections = max,
+                "connection limit reached; closing new connections"
+            );
+            self.last = Some(now);
+            self.unlogged = 0;
         }
     }
 }
 
-fn with_extensions(
+/// The HTTP builders a connection may use.
+struct ProtocolSet {
+    /// HTTP/1.1 or h2, whichever the client starts (with upgrades).
+    auto: auto::Builder<TokioExecutor>,
+    /// For TLS configurations that do not offer h2 by ALPN (exporter-toolkit's
+    /// `http2: false`): HTTP/1.1 only, so h2 by prior knowledge is refused too, as Go's
+    /// server refuses it without h2 in its TLSNextProto.
+    http1_only: auto::Builder<TokioExecutor>,
+}
+
+impl ProtocolSet {
+    fn new(builder: auto::Builder<TokioExecutor>) -> Self {
+        ProtocolSet {
+            http1_only: builder.clone().http1_only(),
+            auto: builder,
+        }
+    }
+}
+
+/// One accepted connection and what it needs to be served.
+struct Connection {
     router: Router,
+    /// A health-reserve connection: only the health paths are served, others get 503.
+    health: Option<Arc<ReserveTicket>>,
+    limits: Arc<Limits>,
+    closing: watch::Receiver<bool>,
+    remote: SocketAddr,
+}
+
+impl Connection {
+    async fn run(
+        self,
+        stream: TcpStream,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        protocols: &ProtocolSet,
+    ) {
+        match tls {
+            None => {
+                self.serve_http(stream, PeerCertificates::default(), &protocols.auto)
+                    .await
+            }
+            Some(config) => {
+                let http1_only = !config.alpn_protocols.iter().any(|p| p == b"h2");
+                let Some(stream) =
+                    handshake(stream, config, self.remote, self.limits.handshake_timeout).await
+                else {
+                    return;
+                };
+                let peer: Arc<[CertificateDer<'static>]> = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default();
+                let builder = if http1_only {
+                    &protocols.http1_only
+                } else {
+                    &protocols.auto
+                };
+                self.serve_http(stream, PeerCertificates(peer), builder)
+                    .await
+            }
+        }
+    }
+
+    /// HTTP/1.1 or h2 until the connection closes, idles out or the drain ends it.
+    async fn serve_http<I>(
+        self,
+        io: I,
+        peer: PeerCertificates,
+        builder: &auto::Builder<TokioExecutor>,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let only = self.health.map(|ticket| HealthOnly {
+            paths: Arc::from(self.limits.health_paths.as_slice()),
+            ticket,
+        });
+        let service = TowerToHyperService::new(tracked_service(
+            self.router,
+            only,
+            peer,
+            self.remote,
+            activity.clone(),
+        ));
+        let io = TokioIo::new(WatchedIo {
+            io,
+            activity: activity.clone(),
+        });
+        if builder.is_http2_available() {
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            watch_connection(connection, &activity, &self.limits, self.closing).await;
+        } else {
+            // `serve_connection`, because `serve_connection_with_upgrades` sniffs the
+            // version itself and ignores `http1_only` (hyper-util 0.1.21).
+            let connection = builder.serve_connection(io, service);
+            watch_connection(connection, &activity, &self.limits, self.closing).await;
+        }
+    }
+}
+
+/// Drives `connection` until it ends, closing it gracefully when it has had no request
+/// in progress for the idle timeout or the server shuts down, and at once when the
+/// client has read nothing of an answer for the idle timeout. Written here because
+/// hyper has no idle timeout for HTTP/2 connections, none for the wait before a
+/// connection's first byte, and no write timeout; its HTTP/1.1 header-read timeout
+/// covers keep-alive.
+async fn watch_connection<C>(
+    connection: C,
+    activity: &Activity,
+    limits: &Limits,
+    mut closing: watch::Receiver<bool>,
+) where
+    C: GracefulConnection,
+{
+    tokio::pin!(connection);
+    let grace = tokio::select! {
+        // A connection's error (a reset, a malformed request) ends only that connection.
+        _ = connection.as_mut() => return,
+        () = activity.idle_for(limits.idle_timeout) => CLOSE_GRACE,
+        // An error means the server is gone: close as well.
+        _ = closing.wait_for(|closing| *closing) => limits.drain_timeout,
+        // A client that stopped reading holds its answer (and slot) forever; nothing
+        // graceful can be sent to it.
+        () = activity.write_stalled_for(limits.idle_timeout) => return,
+    };
+    connection.as_mut().graceful_shutdown();
+    // Requests in progress may finish (up to the drain timeout); an idle connection goes
+    // after `grace` even if the client never reads its GOAWAY.
+    activity.restart_idle_clock();
+    let closed = async {
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            () = activity.idle_for(grace) => {}
+        }
+    };
+    let _ = tokio::time::timeout(limits.drain_timeout, closed).await;
+}
+
+/// Requests in progress on one connection, and since when it has had none.
+struct Activity {
+    in_flight: AtomicUsize,
+    /// Milliseconds from `origin` to when a write last found the client's window or
+    /// the socket buffer full; [`NOT_BLOCKED`] while writes go through.
+    write_blocked_since_ms: AtomicU64,
+    /// Milliseconds from `origin` to when the last request ended (or the start).
+    idle_since_ms: AtomicU64,
+    origin: Instant,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            write_blocked_since_ms: AtomicU64::new(NOT_BLOCKED),
+            idle_since_ms: AtomicU64::new(0),
+            origin: Instant::now(),
+            changed: Notify::new(),
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
+        InFlight(self.clone())
+    }
+
+    fn restart_idle_clock(&self) {
+        self.idle_since_ms
+            .store(self.elapsed_ms(), Ordering::Release);
+        self.changed.notify_one();
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Completes once one write has waited `timeout` for the client to read.
+    async fn write_stalled_for(&self, timeout: Duration) {
+        loop {
+            let since = self.write_blocked_since_ms.load(Ordering::Acquire);
+            let wait = if since == NOT_BLOCKED {
+                timeout
+            } else {
+                let deadline = self.origin + Duration::from_millis(since) + timeout;
+                let now = Instant::now();
+                if now >= deadline {
+                    return;
+                }
+                deadline - now
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn write_blocked(&self) {
+        let _ = self.write_blocked_since_ms.compare_exchange(
+            NOT_BLOCKED,
+            self.elapsed_ms(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    fn write_unblocked(&self) {
+        self.write_blocked_since_ms
+            .store(NOT_BLOCKED, Ordering::Release);
+    }
+
+    /// Completes once no request has been in progress for `timeout`.
+    async fn idle_for(&self, timeout: Duration) {
+        loop {
+            // `notify_one` leaves a permit when nobody waits, so a change between the
+            // check and the wait is not lost.
+            let changed = self.changed.notified();
+            if self.in_flight.load(Ordering::Acquire) == 0 {
+                let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire));
+                let deadline = self.origin + since + timeout;
+                if Instant::now() >= deadline {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = changed => {}
+                }
+            } else {
+                changed.await;
+            }
+        }
+    }
+}
+
+/// [`Activity::write_blocked_since_ms`] while no write waits.
+const NOT_BLOCKED: u64 = u64::MAX;
+
+/// The connection's transport, noting on its [`Activity`] when writes wait for the
+/// client to read.
+struct WatchedIo<I> {
+    io: I,
+    activity: Arc<Activity>,
+}
+
+impl<I> WatchedIo<I> {
+    fn note<T>(&self, poll: Poll<T>) -> Poll<T> {
+        match poll {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(_) => self.activity.write_unblocked(),
+        }
+        poll
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WatchedIo<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WatchedIo<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.note(poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.note(poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.note(poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A request in progress: from its head's arrival until its response body is sent or
+/// dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // The idle clock first, so a watcher that sees zero reads the new time.
+        self.0
+            .idle_since_ms
+            .store(self.0.elapsed_ms(), Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+/// A response body that keeps its request counted as in progress until it is done.
+struct TrackedBody {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A reserve connection's restriction: these paths only, and its ticket to mark once a
+/// request begins.
+#[derive(Clone)]
+struct HealthOnly {
+    paths: Arc<[String]>,
+    ticket: Arc<ReserveTicket>,
+}
+
+/// `router` with the connection's extensions on each request, counting requests in
+/// progress on `activity`; with `only`, paths not in it get a 503 instead.
+fn tracked_service(
+    router: Router,
+    only: Option<HealthOnly>,
     peer: PeerCertificates,
     remote: SocketAddr,
+    activity: Arc<Activity>,
 ) -> impl tower::Service<
-    axum::extract::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
-    Future = impl Send,
+    Request<Incoming>,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send,
 > + Clone
 + Send
 + 'static {
-    router.map_request(
-        move |mut request: axum::extract::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(peer.clone());
-            request.extensions_mut().insert(RemoteAddr(remote));
-            request
-        },
-    )
+    tower::service_fn(move |mut request: Request<Incoming>| {
+        let in_flight = activity.begin();
+        request.extensions_mut().insert(peer.clone());
+        request.extensions_mut().insert(RemoteAddr(remote));
+        let allowed = only.as_ref().is_none_or(|only| {
+            only.ticket.serving.store(true, Ordering::Release);
+            only.paths.iter().any(|p| p == request.uri().path())
+        });
+        let call = allowed.then(|| router.clone().oneshot(request));
+        async move {
+            let response = match call {
+                Some(call) => call.await?,
+                None => (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    [(axum::http::header::CONNECTION, "close")],
+                    "too many connections\n",
+                )
+                    .into_response(),
+            };
+            Ok(response.map(|body| {
+                Body::new(TrackedBody {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        }
+    })
 }
 
 /// The TLS handshake, or `None` after answering a plain HTTP request with Go's `400`
-/// or giving up on a client that fails or stalls.
+/// or giving up on a client that fails or stalls. The first byte and the handshake
+/// share one deadline.
 async fn handshake(
     stream: TcpStream,
     config: Arc<rustls::ServerConfig>,
     remote: SocketAddr,
+    timeout: Duration,
 ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
-        Ok(Ok(1)) => {}
-        _ => return None,
-    }
-    if first[0] != TLS_HANDSHAKE_RECORD {
-        if first[0].is_ascii_uppercase() {
-            tracing::debug!(%remote, "plain HTTP request on the TLS port");
-            let mut stream = stream;
-            let _ = stream
-                .write_all(
-                    b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
-                )
-                .await;
-            let _ = stream.shutdown().await;
+    let handshake = async {
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await {
+            Ok(1) => {}
+            _ => return None,
         }
-        return None;
-    }
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => Some(stream),
-        Ok(Err(e)) => {
-            tracing::debug!(%remote, error = %e, "TLS handshake failed");
-            None
+        if first[0] != TLS_HANDSHAKE_RECORD {
+            if first[0].is_ascii_uppercase() {
+                tracing::debug!(%remote, "plain HTTP request on the TLS port");
+                let mut stream = stream;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+                    )
+                    .await;
+                let _ = stream.shutdown().await;
+            }
+            return None;
         }
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        match acceptor.accept(stream).await {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                None
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, handshake).await {
+        Ok(stream) => stream,
         Err(_) => {
             tracing::debug!(%remote, "TLS handshake timed out");
             None

@@ -35,9 +35,15 @@ async fn start(tls: Option<TlsConfigHandle>) -> (String, tokio::sync::oneshot::S
         get(|Extension(peer): Extension<PeerCertificates>| async move { peer.0.len().to_string() }),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(tls_serving::serve(listener, tls, router, async move {
-        let _ = stopped.await;
-    }));
+    tokio::spawn(tls_serving::serve(
+        listener,
+        tls,
+        router,
+        tls_serving::Limits::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     (addr, stop)
 }
 

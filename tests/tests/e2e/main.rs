@@ -18,6 +18,7 @@ mod golden;
 mod helm;
 mod images;
 mod layering;
+mod listener_limits;
 mod nvml_backend;
 mod nvml_breadth;
 mod nvml_calls;
