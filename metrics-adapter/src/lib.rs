@@ -85,6 +85,7 @@ fn start_source(
     fleet: Arc<ArcSwap<Fleet>>,
     metrics: SourceMetrics,
 ) -> Result<Option<Arc<ArcSwap<Vec<String>>>>, Error> {
+    let limits = cli.limits()?;
     if let Some(url) = &cli.prometheus_url {
         tracing::info!(url = %url, "source: Prometheus-compatible API");
         tokio::spawn(prometheus::run(
@@ -97,6 +98,8 @@ fn start_source(
                 timeout: cli.scrape_timeout,
                 staleness: cli.staleness(),
                 metrics,
+                limits,
+                max_series: cli.prometheus_max_series,
             },
             fleet,
         ));
@@ -119,6 +122,7 @@ fn start_source(
                 .zip(cli.exporter_basic_auth_password_file.clone()),
         },
         metrics,
+        limits,
     };
     let client = scrape::client(&opts)
         .map_err(|e| Error::Config(format!("the exporter scrape client: {e}")))?;
