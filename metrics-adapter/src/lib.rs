@@ -88,21 +88,21 @@ fn start_source(
     let limits = cli.limits()?;
     if let Some(url) = &cli.prometheus_url {
         tracing::info!(url = %url, "source: Prometheus-compatible API");
-        tokio::spawn(prometheus::run(
-            prometheus::PrometheusOptions {
-                url: url.clone(),
-                headers: cli.prometheus_headers.clone(),
-                bearer_token_file: cli.prometheus_bearer_token_file.clone(),
-                ca_file: cli.prometheus_ca_file.clone(),
-                interval: cli.scrape_interval,
-                timeout: cli.scrape_timeout,
-                staleness: cli.staleness(),
-                metrics,
-                limits,
-                max_series: cli.prometheus_max_series,
-            },
-            fleet,
-        ));
+        let opts = prometheus::PrometheusOptions {
+            url: url.clone(),
+            headers: cli.prometheus_headers.clone(),
+            bearer_token_file: cli.prometheus_bearer_token_file.clone(),
+            ca_file: cli.prometheus_ca_file.clone(),
+            interval: cli.scrape_interval,
+            timeout: cli.scrape_timeout,
+            staleness: cli.staleness(),
+            metrics,
+            limits,
+            max_series: cli.prometheus_max_series,
+        };
+        let client = prometheus::client(&opts)
+            .map_err(|e| Error::Config(format!("the Prometheus client: {e}")))?;
+        tokio::spawn(prometheus::run(opts, client, fleet));
         return Ok(None);
     }
     let targets = Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone()));

@@ -436,20 +436,23 @@ async fn round(
     })
 }
 
-/// Query forever, publishing into `store` after every successful round. A failed round
-/// keeps the previous view, whose values then age out.
-pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
+/// The query client for `opts` (http, or https trusting its CA file); fails on an
+/// unreadable CA file, so startup can say so.
+pub fn client(opts: &PrometheusOptions) -> Result<super::http_client::Client, Error> {
     let tls = super::http_client::TlsOptions {
         ca_file: opts.ca_file.clone(),
         server_name: None,
     };
-    let client = match super::http_client::client(&tls, None) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot set up the Prometheus client");
-            return;
-        }
-    };
+    super::http_client::client(&tls, None)
+}
+
+/// Query forever with `client` (from [`client`]), publishing into `store` after every
+/// successful round. A failed round keeps the previous view, whose values then age out.
+pub async fn run(
+    opts: PrometheusOptions,
+    client: super::http_client::Client,
+    store: Arc<ArcSwap<Fleet>>,
+) {
     let mut failing = false;
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -12,6 +12,7 @@ mod cluster;
 mod dashboards;
 mod demo;
 mod deploy;
+mod faults_adapter;
 mod features;
 mod golden;
 mod helm;
