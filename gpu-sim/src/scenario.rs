@@ -270,6 +270,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("big-node", include_str!("../scenarios/big-node.toml")),
 ];
 
+/// The largest scenario file read: 8 MiB, far above any written by hand or generated
+/// for the soak runs, yet small enough that `--simulate=/dev/zero` fails at once.
+pub const SCENARIO_LIMIT: u64 = 8 << 20;
+
 impl Scenario {
     /// A built-in scenario (`default`, `demo`, `big-node`).
     pub fn builtin(name: &str) -> Result<Scenario, ScenarioError> {
@@ -298,9 +302,12 @@ impl Scenario {
         if let Some(name) = shown.strip_prefix("builtin:") {
             return Scenario::builtin(name);
         }
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: shown.clone(),
-            source,
+        // Bounded, regular files only: `--simulate=/dev/zero` fails at once.
+        let text = config_file::read_to_string(path, SCENARIO_LIMIT).map_err(|source| {
+            ScenarioError::Read {
+                path: shown.clone(),
+                source,
+            }
         })?;
         if path.extension().is_some_and(|e| e == "json") {
             let s: Scenario = serde_json::from_str(&text).map_err(|e| ScenarioError::Parse {
@@ -455,5 +462,20 @@ mod tests {
         let text = "[[gpus]]\nmodel = \"NVIDIA L4\"\n[[faults]]\nkind = \"xid\"\nat_s = 1\ngpu = 3\ncode = 79\n";
         let e = Scenario::parse_toml(text, "t").unwrap_err().to_string();
         assert!(e.contains("GPU 3 does not exist"), "{e}");
+    }
+
+    /// A scenario path that is a device, or a file past the limit, fails at once.
+    #[test]
+    fn scenario_files_are_read_bounded() {
+        let e = Scenario::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("big.toml");
+        let file = std::fs::File::create(&path).expect("create");
+        file.set_len(SCENARIO_LIMIT + 1).expect("grow");
+        let e = Scenario::load(&path).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
     }
 }

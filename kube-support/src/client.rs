@@ -12,6 +12,14 @@ use std::path::Path;
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, Error> {
     let mut config = match kubeconfig {
         Some(path) => {
+            // Refused before kube reads it whole: `/dev/zero` or a FIFO would grow or
+            // block. kube reads it by path, as it must to resolve relative file names.
+            config_file::check(path, config_file::DEFAULT_LIMIT).map_err(|source| {
+                Error::KubeconfigFile {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
             let kubeconfig =
                 kube::config::Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
                     path: path.to_path_buf(),
@@ -43,8 +51,32 @@ mod tests {
         let Err(e) = client(Some(missing)).await else {
             panic!("a missing kubeconfig made a client");
         };
-        assert!(matches!(e, Error::Kubeconfig { .. }), "{e:?}");
+        assert!(matches!(e, Error::KubeconfigFile { .. }), "{e:?}");
         assert!(e.to_string().contains("/nonexistent/kubeconfig"), "{e}");
+    }
+
+    /// `--kubeconfig /dev/zero` or a FIFO fails at once, naming the path, instead of
+    /// growing without end or blocking startup.
+    #[tokio::test]
+    async fn a_kubeconfig_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        for (path, says) in [
+            (Path::new("/dev/zero"), "a character device"),
+            (fifo.as_path(), "a FIFO"),
+        ] {
+            let Err(e) = client(Some(path)).await else {
+                panic!("{path:?} made a client");
+            };
+            assert!(matches!(e, Error::KubeconfigFile { .. }), "{e:?}");
+            assert!(e.to_string().contains(says), "{e}");
+            assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        }
     }
 
     #[tokio::test]

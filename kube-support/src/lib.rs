@@ -14,7 +14,9 @@
 //!   external scaler), generated once from `proto/`.
 
 mod client;
-pub mod config_file;
+/// Re-exported: tls-serving and gpu-sim need the same bounded reads without the
+/// Kubernetes dependencies, so the code lives in its own small crate.
+pub use config_file;
 pub mod duration;
 pub mod log_filter;
 pub mod proto;
@@ -33,6 +35,11 @@ pub enum Error {
     Kubeconfig {
         path: PathBuf,
         source: kube::config::KubeconfigError,
+    },
+    #[error("kubeconfig {}: {source}", path.display())]
+    KubeconfigFile {
+        path: PathBuf,
+        source: std::io::Error,
     },
     #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
     Infer(#[from] kube::config::InferConfigError),

@@ -547,7 +547,7 @@ fn decoded_footprint() -> (f64, usize) {
             (n + 8).max(32).div_ceil(16) * 16
         }
     };
-    let series = exposition::decode(CONTENT_TYPE, &node_body(0)).expect("decodes");
+    let series = exposition::decode(CONTENT_TYPE, &node_body(0), usize::MAX).expect("decodes");
     let mut bytes = chunk(
         series.capacity() * std::mem::size_of::<gpu_metrics_adapter::source::derive::Series>(),
     );
@@ -608,6 +608,7 @@ fn main() {
         accept: exposition::ACCEPT,
         auth: Default::default(),
         metrics: Default::default(),
+        limits: Default::default(),
     };
     let rss_before = status_bytes("self", "VmRSS");
     eprintln!(

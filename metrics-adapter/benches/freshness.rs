@@ -208,6 +208,7 @@ async fn run_config(cfg: &Config, scale: u32, trials: usize, rng: &mut Rng) -> V
         accept: exposition::ACCEPT,
         auth: Default::default(),
         metrics: Default::default(),
+        limits: Default::default(),
     };
     let client = scrape::client(&opts).expect("scrape client");
     let scraper = tokio::spawn(scrape::run(opts, client, exposition::decode, fleet.clone()));

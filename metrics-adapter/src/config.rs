@@ -227,6 +227,55 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub http2_max_streams_per_connection: u32,
 
+    /// Largest answer read from one exporter or one Prometheus query: 16Mi, five times
+    /// a 10,000-GPU fleet's query answer. Bytes, or with a Ki, Mi or Gi suffix.
+    #[arg(long, value_name = "SIZE", default_value = "16Mi", value_parser = parse_size, help_heading = "Memory bounds")]
+    pub max_response_size: usize,
+
+    /// Bytes of answers read or being decoded at once, over every exporter and query;
+    /// an answer waits for room. With --max-response-size, sized for the Deployment's
+    /// 256Mi memory limit (see source::limits); raise both with it.
+    #[arg(long, value_name = "SIZE", default_value = "32Mi", value_parser = parse_size, help_heading = "Memory bounds")]
+    pub max_in_flight_size: usize,
+
+    /// Series of the served families one exporter may report; past it, its answer is
+    /// refused (a node with 8 GPUs split 7 ways reports ~1,000).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 20_000,
+        help_heading = "Memory bounds"
+    )]
+    pub max_series_per_target: usize,
+
+    /// Pods one exporter may report; past it, its answer is refused.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1_000,
+        help_heading = "Memory bounds"
+    )]
+    pub max_pods_per_target: usize,
+
+    /// Pods held over the whole fleet; an answer that would pass it is refused.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        help_heading = "Memory bounds"
+    )]
+    pub max_pods: usize,
+
+    /// Series one Prometheus query round may keep, samples and their timestamps
+    /// (a 10,000-GPU fleet's round is 120,000); past it, the round fails.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 200_000,
+        help_heading = "Memory bounds"
+    )]
+    pub prometheus_max_series: usize,
+
     /// kubeconfig for the pod watch; default: the in-cluster service account.
     #[arg(long, env = "KUBECONFIG", hide_env_values = true, value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
@@ -252,9 +301,46 @@ impl Cli {
         }
     }
 
+    /// The memory limits of the sources, checked against each other.
+    pub fn limits(&self) -> Result<crate::source::limits::Limits, Error> {
+        crate::source::limits::Limits::new(
+            self.max_response_size,
+            self.max_in_flight_size,
+            self.max_series_per_target,
+            self.max_pods_per_target,
+            self.max_pods,
+        )
+        .map_err(Error::Config)
+    }
+
     pub fn staleness(&self) -> Duration {
         self.max_staleness.unwrap_or(self.scrape_interval * 3)
     }
+}
+
+/// A byte size: a number, or with a Ki, Mi or Gi suffix (as Kubernetes quantities).
+pub fn parse_size(text: &str) -> Result<usize, Error> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => {
+            return Err(Error::Config(format!(
+                "{text:?} is not a size: bytes, or a number with Ki, Mi or Gi"
+            )));
+        }
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| Error::Config(format!("{text:?} is not a positive size")))
 }
 
 /// `Name: value` → (name, value), the name a valid HTTP header name.
@@ -307,4 +393,53 @@ pub fn parse_service(text: &str) -> Result<ServiceRef, Error> {
         namespace: namespace.to_string(),
         name: name.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_bytes_or_binary_suffixes() {
+        for (text, bytes) in [
+            ("1", 1),
+            ("512", 512),
+            ("3Ki", 3 << 10),
+            ("16Mi", 16 << 20),
+            ("1Gi", 1 << 30),
+        ] {
+            assert_eq!(parse_size(text).unwrap(), bytes, "{text}");
+        }
+        for bad in [
+            "",
+            "0",
+            "16M",
+            "Mi",
+            "-1",
+            "1.5Mi",
+            "16 Mi",
+            "99999999999999999999Gi",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// A response limit that cannot fit in the in-flight budget stops startup.
+    #[test]
+    fn the_response_limit_must_fit_the_in_flight_budget() {
+        let cli = |args: &[&str]| {
+            Cli::try_parse_from(["gpu-metrics-adapter"].iter().chain(args)).unwrap()
+        };
+        let defaults = cli(&[]).limits().unwrap();
+        assert!(defaults.max_response_bytes <= defaults.max_in_flight_bytes);
+        let e = cli(&[
+            "--max-response-size",
+            "64Mi",
+            "--max-in-flight-size",
+            "32Mi",
+        ])
+        .limits()
+        .unwrap_err();
+        assert!(e.to_string().contains("--max-response-size"), "{e}");
+    }
 }

@@ -32,6 +32,12 @@ pub enum Error {
     /// A scrape body or query answer that does not decode.
     #[error("{0}")]
     Decode(String),
+    /// An answer refused for passing one of the memory limits (`--max-*`).
+    #[error("{message}")]
+    OverLimit {
+        reason: crate::source::limits::Rejection,
+        message: String,
+    },
     /// A TokenReview or SubjectAccessReview the API server did not answer.
     #[error("{0}")]
     Review(String),
@@ -64,6 +70,7 @@ impl Error {
             | Error::Stale { .. }
             | Error::NeverSeen { .. }
             | Error::Scrape(_)
+            | Error::OverLimit { .. }
             | Error::Decode(_) => Reason::ServiceUnavailable,
             Error::Config(_)
             | Error::Listen { .. }

@@ -85,21 +85,24 @@ fn start_source(
     fleet: Arc<ArcSwap<Fleet>>,
     metrics: SourceMetrics,
 ) -> Result<Option<Arc<ArcSwap<Vec<String>>>>, Error> {
+    let limits = cli.limits()?;
     if let Some(url) = &cli.prometheus_url {
         tracing::info!(url = %url, "source: Prometheus-compatible API");
-        tokio::spawn(prometheus::run(
-            prometheus::PrometheusOptions {
-                url: url.clone(),
-                headers: cli.prometheus_headers.clone(),
-                bearer_token_file: cli.prometheus_bearer_token_file.clone(),
-                ca_file: cli.prometheus_ca_file.clone(),
-                interval: cli.scrape_interval,
-                timeout: cli.scrape_timeout,
-                staleness: cli.staleness(),
-                metrics,
-            },
-            fleet,
-        ));
+        let opts = prometheus::PrometheusOptions {
+            url: url.clone(),
+            headers: cli.prometheus_headers.clone(),
+            bearer_token_file: cli.prometheus_bearer_token_file.clone(),
+            ca_file: cli.prometheus_ca_file.clone(),
+            interval: cli.scrape_interval,
+            timeout: cli.scrape_timeout,
+            staleness: cli.staleness(),
+            metrics,
+            limits,
+            max_series: cli.prometheus_max_series,
+        };
+        let client = prometheus::client(&opts)
+            .map_err(|e| Error::Config(format!("the Prometheus client: {e}")))?;
+        tokio::spawn(prometheus::run(opts, client, fleet));
         return Ok(None);
     }
     let targets = Arc::new(ArcSwap::from_pointee(cli.exporter_urls.clone()));
@@ -119,6 +122,7 @@ fn start_source(
                 .zip(cli.exporter_basic_auth_password_file.clone()),
         },
         metrics,
+        limits,
     };
     let client = scrape::client(&opts)
         .map_err(|e| Error::Config(format!("the exporter scrape client: {e}")))?;

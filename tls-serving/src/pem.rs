@@ -8,8 +8,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::Error;
 
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|source| Error::Read {
+/// Bounded, regular files only: a certificate path given `/dev/zero` or a FIFO fails at
+/// once instead of eating memory or blocking.
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    config_file::read(path, config_file::DEFAULT_LIMIT).map_err(|source| Error::Read {
         path: path.to_owned(),
         source,
     })
@@ -57,4 +59,42 @@ pub fn ca_bundle_from_pem(origin: &Path, bytes: &[u8]) -> Result<RootCertStore, 
 /// A CA bundle from a PEM file.
 pub fn load_ca_bundle(path: &Path) -> Result<RootCertStore, Error> {
     ca_bundle_from_pem(path, &read(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every PEM load refuses what is not a regular file, at once, naming the path.
+    #[test]
+    fn pem_files_that_are_not_regular_files_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        for path in [Path::new("/dev/zero"), fifo.as_path(), dir.path()] {
+            let errors = [
+                load_cert_chain(path).map(|_| ()).unwrap_err(),
+                load_private_key(path).map(|_| ()).unwrap_err(),
+                load_ca_bundle(path).map(|_| ()).unwrap_err(),
+            ];
+            for e in errors {
+                assert!(matches!(e, Error::Read { .. }), "{path:?}: {e:?}");
+                assert!(e.to_string().contains("not a regular file"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_pem_file_past_the_limit_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("big.pem");
+        let file = std::fs::File::create(&path).expect("create");
+        file.set_len(config_file::DEFAULT_LIMIT + 1).expect("grow");
+        let e = load_ca_bundle(&path).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+    }
 }

@@ -76,5 +76,10 @@ pub fn watch_server_config<F>(
 }
 
 fn snapshot(files: &[PathBuf]) -> Vec<Option<Vec<u8>>> {
-    files.iter().map(|path| std::fs::read(path).ok()).collect()
+    // Bounded as the loads are: a file swapped for something huge reads as unreadable
+    // (the reload then says why) instead of being held in memory.
+    files
+        .iter()
+        .map(|path| crate::pem::read(path).ok())
+        .collect()
 }

@@ -4,6 +4,7 @@
 //! and prost decodes it with generated code.
 
 use super::derive::{FAMILIES, Series};
+use super::limits::Rejection;
 use crate::error::Error;
 use prost::Message;
 
@@ -14,15 +15,17 @@ pub use kube_support::proto::prometheus as proto;
 pub const ACCEPT: &str =
     "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited";
 
-/// The series of the wanted families in a scrape body.
-pub fn decode(content_type: &str, body: &[u8]) -> Result<Vec<Series>, Error> {
+/// The series of the wanted families in a scrape body, at most `max_series` of them.
+///
+/// Each family's metrics are decoded one by one, straight into series, so a family
+/// of 140,000 series costs at most `max_series` series before it is refused, never a
+/// whole decoded family next to its bytes.
+pub fn decode(content_type: &str, body: &[u8], max_series: usize) -> Result<Vec<Series>, Error> {
     if !content_type.starts_with("application/vnd.google.protobuf") {
         return Err(Error::Decode(format!(
             "the exporter answered {content_type:?}, not the protobuf exposition (is it a gpu-exporter?)"
         )));
     }
-    let malformed =
-        |e: prost::DecodeError| Error::Decode(format!("malformed protobuf exposition: {e}"));
     let mut buf = body;
     let mut out = Vec::new();
     while !buf.is_empty() {
@@ -38,33 +41,90 @@ pub fn decode(content_type: &str, body: &[u8]) -> Result<Vec<Series>, Error> {
         // Most families are not wanted (6 of the default 25): skip them by name,
         // without decoding their series. Following each exporter sample by sample,
         // decoding is most of the adapter's CPU.
-        if leading_name(message).is_some_and(|name| !FAMILIES.contains(&name)) {
-            continue;
-        }
-        let family = proto::MetricFamily::decode(message).map_err(malformed)?;
-        let name = family.name.unwrap_or_default();
-        if !FAMILIES.contains(&name.as_str()) {
-            continue;
-        }
-        for m in family.metric {
-            let value = m
-                .gauge
-                .and_then(|g| g.value)
-                .or_else(|| m.counter.and_then(|c| c.value))
-                .or_else(|| m.untyped.and_then(|u| u.value));
-            let Some(value) = value else { continue };
-            out.push(Series {
-                name: name.clone(),
-                labels: m
-                    .label
-                    .into_iter()
-                    .map(|l| (l.name.unwrap_or_default(), l.value.unwrap_or_default()))
-                    .collect(),
-                value,
-            });
+        match leading_name(message) {
+            Some(name) if !FAMILIES.contains(&name) => {}
+            Some(name) => decode_metrics(name, message, max_series, &mut out)?,
+            None => {
+                // The name is not the first field (no encoder in use does this): the
+                // family is decoded whole, still bounded by the body's size.
+                let family = proto::MetricFamily::decode(message).map_err(malformed)?;
+                let name = family.name.unwrap_or_default();
+                if !FAMILIES.contains(&name.as_str()) {
+                    continue;
+                }
+                for m in family.metric {
+                    push_series(&name, m, max_series, &mut out)?;
+                }
+            }
         }
     }
     Ok(out)
+}
+
+fn malformed(e: prost::DecodeError) -> Error {
+    Error::Decode(format!("malformed protobuf exposition: {e}"))
+}
+
+/// Every `metric` field (4) of an encoded `MetricFamily`, one at a time, into `out`.
+fn decode_metrics(
+    name: &str,
+    mut message: &[u8],
+    max_series: usize,
+    out: &mut Vec<Series>,
+) -> Result<(), Error> {
+    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+    while !message.is_empty() {
+        let (tag, wire_type) = decode_key(&mut message).map_err(malformed)?;
+        if tag != 4 || wire_type != WireType::LengthDelimited {
+            skip_field(wire_type, tag, &mut message, DecodeContext::default())
+                .map_err(malformed)?;
+            continue;
+        }
+        let len = usize::try_from(decode_varint(&mut message).map_err(malformed)?)
+            .ok()
+            .filter(|len| *len <= message.len())
+            .ok_or_else(|| {
+                Error::Decode("malformed protobuf exposition: a metric runs past its family".into())
+            })?;
+        let (metric, rest) = message.split_at(len);
+        message = rest;
+        let metric = proto::Metric::decode(metric).map_err(malformed)?;
+        push_series(name, metric, max_series, out)?;
+    }
+    Ok(())
+}
+
+/// One metric as a series, unless it has no value; refused past `max_series`.
+fn push_series(
+    name: &str,
+    m: proto::Metric,
+    max_series: usize,
+    out: &mut Vec<Series>,
+) -> Result<(), Error> {
+    let value = m
+        .gauge
+        .and_then(|g| g.value)
+        .or_else(|| m.counter.and_then(|c| c.value))
+        .or_else(|| m.untyped.and_then(|u| u.value));
+    let Some(value) = value else { return Ok(()) };
+    if out.len() >= max_series {
+        return Err(Error::OverLimit {
+            reason: Rejection::SeriesLimit,
+            message: format!(
+                "the exporter reports more than {max_series} series of the served families (--max-series-per-target)"
+            ),
+        });
+    }
+    out.push(Series {
+        name: name.to_string(),
+        labels: m
+            .label
+            .into_iter()
+            .map(|l| (l.name.unwrap_or_default(), l.value.unwrap_or_default()))
+            .collect(),
+        value,
+    });
+    Ok(())
 }
 
 /// The family name of an encoded `MetricFamily` when it is the message's first field,
@@ -128,7 +188,7 @@ mod tests {
         prost::encoding::encode_varint(fields.len() as u64, &mut reordered);
         reordered.extend_from_slice(&fields);
         body.extend_from_slice(&reordered);
-        let series = decode(exposition_type(), &body).unwrap();
+        let series = decode(exposition_type(), &body, usize::MAX).unwrap();
         let got: Vec<(&str, f64)> = series.iter().map(|s| (s.name.as_str(), s.value)).collect();
         assert_eq!(
             got,
@@ -138,7 +198,34 @@ mod tests {
                 ("DCGM_FI_DEV_POWER_USAGE", 5.0)
             ]
         );
-        assert!(decode(exposition_type(), &body[..body.len() - 1]).is_err());
+        assert!(decode(exposition_type(), &body[..body.len() - 1], usize::MAX).is_err());
+    }
+
+    /// A family's metrics are counted one by one against the series limit, and the
+    /// unwanted families' series do not count.
+    #[test]
+    fn series_past_the_limit_refuse_the_answer() {
+        let mut wanted = family("DCGM_FI_DEV_GPU_UTIL", 1.0);
+        wanted.metric = (0..10).map(|_| wanted.metric[0].clone()).collect();
+        let mut body = Vec::new();
+        family("DCGM_FI_DEV_SM_CLOCK", 1.0)
+            .encode_length_delimited(&mut body)
+            .unwrap();
+        wanted.encode_length_delimited(&mut body).unwrap();
+        assert_eq!(decode(exposition_type(), &body, 10).unwrap().len(), 10);
+        let Err(e) = decode(exposition_type(), &body, 9) else {
+            panic!("10 series over a limit of 9 must be refused");
+        };
+        assert!(
+            matches!(
+                e,
+                Error::OverLimit {
+                    reason: Rejection::SeriesLimit,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 
     fn exposition_type() -> &'static str {

@@ -15,6 +15,7 @@ pub mod derive;
 pub mod discovery;
 pub mod exposition;
 pub mod http_client;
+pub mod limits;
 pub mod pods;
 pub mod prometheus;
 pub mod scrape;
@@ -31,6 +32,11 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
 /// What the source loops record: one count per exporter scrape (per query round with the
 /// Prometheus source) by result, and how long each round took (with the direct source,
 /// which follows each exporter on its own, each publication batch: from its first
@@ -38,6 +44,7 @@ pub struct ResultLabel {
 #[derive(Clone, Debug)]
 pub struct SourceMetrics {
     scrapes: Family<ResultLabel, Counter>,
+    rejections: Family<ReasonLabel, Counter>,
     round_duration: Histogram,
 }
 
@@ -45,6 +52,7 @@ impl Default for SourceMetrics {
     fn default() -> SourceMetrics {
         SourceMetrics {
             scrapes: Family::default(),
+            rejections: Family::default(),
             // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
             round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
         }
@@ -63,6 +71,18 @@ impl SourceMetrics {
         self.scrapes.get_or_create(&ResultLabel { result }).inc();
     }
 
+    /// An answer refused for passing a memory limit ([`limits`]).
+    pub fn rejected(&self, reason: limits::Rejection) {
+        let reason = reason.label();
+        self.rejections.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Answers refused so far for `reason` (tests).
+    pub fn rejections(&self, reason: limits::Rejection) -> u64 {
+        let reason = reason.label();
+        self.rejections.get_or_create(&ReasonLabel { reason }).get()
+    }
+
     pub fn round_took(&self, took: Duration) {
         self.round_duration.observe(took.as_secs_f64());
     }
@@ -73,6 +93,11 @@ impl SourceMetrics {
             "source_scrapes",
             "Exporter scrapes (Prometheus query rounds with --prometheus-url), by result: success, failure, or unchanged (a long poll the exporter ended without a newer snapshot)",
             self.scrapes.clone(),
+        );
+        registry.register(
+            "source_target_rejected",
+            "Answers refused for passing a memory limit, by reason: too_large (--max-response-size), series_limit (--max-series-per-target), pod_limit (--max-pods-per-target), pod_budget (--max-pods); the target's earlier values age out",
+            self.rejections.clone(),
         );
         registry.register_with_unit(
             "source_round_duration",

@@ -12,6 +12,7 @@
 //! are taken when present.
 
 use super::derive::{FAMILIES, Series, pod_values};
+use super::limits::{Limits, PROMETHEUS_QUERIES, Rejection};
 use crate::error::Error;
 use crate::fleet::{Fleet, Observed};
 use arc_swap::ArcSwap;
@@ -19,10 +20,8 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Largest query answer accepted.
-const MAX_BODY_BYTES: usize = 256 * 1024 * 1024;
 
 /// How to reach the Prometheus-compatible API.
 #[derive(Debug, Clone)]
@@ -41,29 +40,210 @@ pub struct PrometheusOptions {
     pub staleness: Duration,
     /// Where query rounds and their durations are counted.
     pub metrics: super::SourceMetrics,
+    /// What bounds the answers' memory; the series limit counts every series a round
+    /// keeps (`--prometheus-max-series`), the pod budget the pods it derives.
+    pub limits: Limits,
+    pub max_series: usize,
 }
 
-#[derive(Debug, Deserialize)]
-struct QueryResponse {
-    status: String,
-    #[serde(default)]
-    data: Option<QueryData>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct QueryData {
-    result_type: String,
-    result: Vec<VectorSample>,
-}
-
+/// One sample of an instant vector.
 #[derive(Debug, Deserialize)]
 struct VectorSample {
     metric: HashMap<String, String>,
     /// `[evaluation time, "value"]`.
     value: (f64, String),
+}
+
+/// What an answer's samples are reduced to as they are decoded, one at a time, so
+/// a round never holds a whole decoded answer: at most `remaining` samples are taken
+/// (shared by a round's queries), the next is an error.
+struct Samples<'a, F> {
+    remaining: &'a AtomicUsize,
+    limit: usize,
+    take: F,
+}
+
+impl<'de, F: FnMut(VectorSample)> serde::de::DeserializeSeed<'de> for Samples<'_, F> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, F: FnMut(VectorSample)> serde::de::Visitor<'de> for Samples<'_, F> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of vector samples")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(sample) = seq.next_element::<VectorSample>()? {
+            let taken = self
+                .remaining
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            if taken.is_err() {
+                return Err(serde::de::Error::custom(SeriesLimit(self.limit)));
+            }
+            (self.take)(sample);
+        }
+        Ok(())
+    }
+}
+
+/// The message of a decoding error that is the series limit.
+struct SeriesLimit(usize);
+
+impl std::fmt::Display for SeriesLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "more than {} series in one round (--prometheus-max-series)",
+            self.0
+        )
+    }
+}
+
+/// `{"status", "data": {"resultType", "result": [...]}, "error"}`, the samples
+/// handed to `take` as they are read.
+struct Response<'a, F> {
+    samples: Samples<'a, F>,
+}
+
+/// What the top level said besides the samples.
+#[derive(Default)]
+struct Outcome {
+    status: Option<String>,
+    error: Option<String>,
+    result_type: Option<String>,
+    has_result: bool,
+}
+
+impl<'de, F: FnMut(VectorSample)> serde::de::DeserializeSeed<'de> for Response<'_, F> {
+    type Value = Outcome;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Outcome, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, F: FnMut(VectorSample)> serde::de::Visitor<'de> for Response<'_, F> {
+    type Value = Outcome;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Prometheus API answer")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Outcome, A::Error> {
+        let mut outcome = Outcome::default();
+        let mut samples = Some(self.samples);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "status" => outcome.status = Some(map.next_value()?),
+                "error" => outcome.error = map.next_value()?,
+                "data" => match samples.take() {
+                    Some(samples) => {
+                        let data = map.next_value_seed(Data { samples })?;
+                        outcome.result_type = data.result_type;
+                        outcome.has_result = data.has_result;
+                    }
+                    None => return Err(serde::de::Error::duplicate_field("data")),
+                },
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+struct Data<'a, F> {
+    samples: Samples<'a, F>,
+}
+
+impl<'de, F: FnMut(VectorSample)> serde::de::DeserializeSeed<'de> for Data<'_, F> {
+    type Value = Outcome;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Outcome, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, F: FnMut(VectorSample)> serde::de::Visitor<'de> for Data<'_, F> {
+    type Value = Outcome;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the data of a Prometheus API answer")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Outcome, A::Error> {
+        let mut outcome = Outcome::default();
+        let mut samples = Some(self.samples);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "resultType" => outcome.result_type = Some(map.next_value()?),
+                "result" => match samples.take() {
+                    Some(samples) => {
+                        map.next_value_seed(samples)?;
+                        outcome.has_result = true;
+                    }
+                    None => return Err(serde::de::Error::duplicate_field("result")),
+                },
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Decode one answer, handing each sample to `take`; `remaining` counts down the
+/// round's series budget of `limit`.
+fn decode_answer(
+    status: axum::http::StatusCode,
+    body: &[u8],
+    remaining: &AtomicUsize,
+    limit: usize,
+    take: impl FnMut(VectorSample),
+) -> Result<(), Error> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let seed = Response {
+        samples: Samples {
+            remaining,
+            limit,
+            take,
+        },
+    };
+    let parsed = seed.deserialize(&mut de).and_then(|o| de.end().map(|()| o));
+    let outcome = match parsed {
+        Ok(outcome) => outcome,
+        Err(e) if e.to_string().starts_with(&SeriesLimit(limit).to_string()) => {
+            return Err(Error::OverLimit {
+                reason: Rejection::SeriesLimit,
+                message: format!("HTTP {status}: {}", SeriesLimit(limit)),
+            });
+        }
+        Err(e) => {
+            return Err(Error::Decode(format!(
+                "HTTP {status}: not a Prometheus API answer ({e})"
+            )));
+        }
+    };
+    if outcome.status.as_deref() != Some("success") {
+        return Err(Error::Scrape(format!(
+            "HTTP {status}: {}",
+            outcome.error.unwrap_or_else(|| "query failed".into())
+        )));
+    }
+    match outcome.result_type.as_deref() {
+        Some("vector") if outcome.has_result => Ok(()),
+        Some("vector") | None => Err(Error::Decode("no data in the answer".into())),
+        Some(other) => Err(Error::Decode(format!("expected a vector, got {other}"))),
+    }
 }
 
 /// Percent-encode a PromQL query for a URL query string.
@@ -80,12 +260,18 @@ fn encode_query(q: &str) -> String {
     out
 }
 
+/// One instant query, each sample handed to `take` as it is decoded. At most
+/// [`PROMETHEUS_QUERIES`] run at once (`slots`); the answer's bytes stay in the
+/// in-flight budget until decoded.
 async fn instant_query(
     client: &super::http_client::Client,
     opts: &PrometheusOptions,
     token: Option<&str>,
     query: &str,
-) -> Result<Vec<VectorSample>, Error> {
+    slots: &tokio::sync::Semaphore,
+    remaining: &AtomicUsize,
+    take: impl FnMut(VectorSample),
+) -> Result<(), Error> {
     let url = format!(
         "{}/api/v1/query?query={}",
         opts.url.trim_end_matches('/'),
@@ -98,38 +284,32 @@ async fn instant_query(
     if let Some(t) = token {
         req = req.header(axum::http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let answer = super::http_client::get(client, req, MAX_BODY_BYTES, opts.timeout).await?;
-    let status = answer.status;
-    let parsed: QueryResponse = serde_json::from_slice(&answer.body)
-        .map_err(|e| Error::Decode(format!("HTTP {status}: not a Prometheus API answer ({e})")))?;
-    if parsed.status != "success" {
-        return Err(Error::Scrape(format!(
-            "HTTP {status}: {}",
-            parsed.error.unwrap_or_else(|| "query failed".into())
-        )));
-    }
-    let data = parsed
-        .data
-        .ok_or_else(|| Error::Decode("no data in the answer".into()))?;
-    if data.result_type != "vector" {
-        return Err(Error::Decode(format!(
-            "expected a vector, got {}",
-            data.result_type
-        )));
-    }
-    Ok(data.result)
+    let _slot = slots
+        .acquire()
+        .await
+        .map_err(|_| Error::Scrape("shutting down".into()))?;
+    let answer = super::http_client::get(client, req, &opts.limits, opts.timeout).await?;
+    decode_answer(
+        answer.status,
+        &answer.body,
+        remaining,
+        opts.max_series,
+        take,
+    )
 }
 
-/// A series' labels without the name, sorted: the key joining a family's samples with
-/// their `timestamp()`.
-fn identity(metric: &HashMap<String, String>) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = metric
+/// A series' labels without the name, sorted, hashed: the key joining a family's
+/// samples with their `timestamp()` (a hash, so the timestamps cost 16 bytes a series).
+fn identity(metric: &HashMap<String, String>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut v: Vec<(&String, &String)> = metric
         .iter()
         .filter(|(k, _)| k.as_str() != "__name__")
-        .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     v.sort();
-    v
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    v.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The workload labels of a series as the exporter wrote them.
@@ -150,6 +330,9 @@ fn exporter_labels(metric: &HashMap<String, String>) -> Vec<(String, String)> {
     labels
 }
 
+/// A sample as a round keeps it: its identity, the exporter's labels, its value text.
+type Kept = (u64, Vec<(String, String)>, String);
+
 /// One round: every family and its samples' timestamps, then per-pod values.
 async fn round(
     client: &super::http_client::Client,
@@ -165,15 +348,27 @@ async fn round(
         None => None,
     };
     // Per family: its samples, and their scrape times (`timestamp()` drops the name,
-    // so it is asked per family: over several families it would collide).
+    // so it is asked per family: over several families it would collide). Each sample
+    // is reduced as it is decoded: timestamps to a hash and a time, values to a series.
     let token = token.as_deref();
+    let slots = tokio::sync::Semaphore::new(PROMETHEUS_QUERIES);
+    let remaining = AtomicUsize::new(opts.max_series);
+    let (slots, remaining) = (&slots, &remaining);
     let answers = futures_util::future::join_all(FAMILIES.iter().map(|f| async move {
         let stamps_query = format!("timestamp({f})");
-        let (values, stamps) = tokio::join!(
-            instant_query(client, opts, token, f),
-            instant_query(client, opts, token, &stamps_query)
+        let mut stamps: HashMap<u64, f64> = HashMap::new();
+        let mut values: Vec<Kept> = Vec::new();
+        let (got_values, got_stamps) = tokio::join!(
+            instant_query(client, opts, token, f, slots, remaining, |s| {
+                values.push((identity(&s.metric), exporter_labels(&s.metric), s.value.1))
+            }),
+            instant_query(client, opts, token, &stamps_query, slots, remaining, |s| {
+                if let Ok(at) = s.value.1.parse::<f64>() {
+                    stamps.insert(identity(&s.metric), at);
+                }
+            })
         );
-        (*f, values, stamps)
+        got_values.and(got_stamps).map(|()| (*f, values, stamps))
     }))
     .await;
     let now_unix = SystemTime::now()
@@ -183,22 +378,18 @@ async fn round(
     let mut series = Vec::new();
     // Per pod: the oldest sample time among its series.
     let mut oldest: HashMap<(String, String), f64> = HashMap::new();
-    for (family, values, stamps) in answers {
-        let stamps: HashMap<Vec<(String, String)>, f64> = stamps?
-            .into_iter()
-            .filter_map(|s| Some((identity(&s.metric), s.value.1.parse::<f64>().ok()?)))
-            .collect();
-        for s in values? {
-            let Some(at) = stamps.get(&identity(&s.metric)).copied() else {
+    for answer in answers {
+        let (family, values, stamps) = answer?;
+        for (id, labels, value) in values {
+            let Some(at) = stamps.get(&id).copied() else {
                 continue;
             };
             if now_unix - at > opts.staleness.as_secs_f64() {
                 continue;
             }
-            let Ok(value) = s.value.1.parse::<f64>() else {
+            let Ok(value) = value.parse::<f64>() else {
                 continue;
             };
-            let labels = exporter_labels(&s.metric);
             let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             if let (Some(ns), Some(pod)) = (get("namespace"), get("pod")) {
                 let slot = oldest.entry((ns, pod)).or_insert(at);
@@ -211,8 +402,20 @@ async fn round(
             });
         }
     }
+    let values = pod_values(&series);
+    drop(series);
+    if values.len() > opts.limits.max_pods {
+        return Err(Error::OverLimit {
+            reason: Rejection::PodBudget,
+            message: format!(
+                "the answers name {} pods, more than the {} allowed (--max-pods)",
+                values.len(),
+                opts.limits.max_pods
+            ),
+        });
+    }
     let now = Instant::now();
-    let pods = pod_values(&series)
+    let pods = values
         .into_iter()
         .map(|(pod, values)| {
             let at = oldest.get(&pod).copied().unwrap_or(now_unix);
@@ -233,20 +436,23 @@ async fn round(
     })
 }
 
-/// Query forever, publishing into `store` after every successful round. A failed round
-/// keeps the previous view, whose values then age out.
-pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
+/// The query client for `opts` (http, or https trusting its CA file); fails on an
+/// unreadable CA file, so startup can say so.
+pub fn client(opts: &PrometheusOptions) -> Result<super::http_client::Client, Error> {
     let tls = super::http_client::TlsOptions {
         ca_file: opts.ca_file.clone(),
         server_name: None,
     };
-    let client = match super::http_client::client(&tls, None) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot set up the Prometheus client");
-            return;
-        }
-    };
+    super::http_client::client(&tls, None)
+}
+
+/// Query forever with `client` (from [`client`]), publishing into `store` after every
+/// successful round. A failed round keeps the previous view, whose values then age out.
+pub async fn run(
+    opts: PrometheusOptions,
+    client: super::http_client::Client,
+    store: Arc<ArcSwap<Fleet>>,
+) {
     let mut failing = false;
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -256,6 +462,9 @@ pub async fn run(opts: PrometheusOptions, store: Arc<ArcSwap<Fleet>>) {
         let result = round(&client, &opts).await;
         opts.metrics.round_took(round_started.elapsed());
         opts.metrics.scraped(result.is_ok());
+        if let Err(Error::OverLimit { reason, .. }) = &result {
+            opts.metrics.rejected(*reason);
+        }
         match result {
             Ok(fleet) => {
                 if failing {
@@ -306,6 +515,76 @@ mod tests {
                 ("pod".to_string(), "resnet-0".to_string()),
             ]
         );
+    }
+
+    fn decode(body: &[u8], limit: usize) -> (Result<(), Error>, Vec<String>, usize) {
+        let remaining = AtomicUsize::new(limit);
+        let mut pods = Vec::new();
+        let result = decode_answer(axum::http::StatusCode::OK, body, &remaining, limit, |s| {
+            pods.push(s.metric.get("pod").cloned().unwrap_or_default())
+        });
+        (result, pods, remaining.into_inner())
+    }
+
+    fn answer(pods: usize) -> String {
+        let samples: Vec<String> = (0..pods)
+            .map(|i| format!(r#"{{"metric":{{"pod":"p{i}"}},"value":[1.5,"{i}"]}}"#))
+            .collect();
+        format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+            samples.join(",")
+        )
+    }
+
+    /// Samples are handed over one by one and counted against the round's budget; one
+    /// past it fails the answer as over the limit.
+    #[test]
+    fn answers_are_decoded_sample_by_sample_within_the_series_budget() {
+        let body = answer(5);
+        let (result, pods, remaining) = decode(body.as_bytes(), 5);
+        result.unwrap();
+        assert_eq!(pods, ["p0", "p1", "p2", "p3", "p4"]);
+        assert_eq!(remaining, 0);
+        let (result, pods, _) = decode(body.as_bytes(), 4);
+        let Err(e) = result else {
+            panic!("5 series over a budget of 4 must fail")
+        };
+        assert!(
+            matches!(
+                e,
+                Error::OverLimit {
+                    reason: Rejection::SeriesLimit,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("more than 4 series"), "{e}");
+        assert_eq!(pods.len(), 4, "decoding stops at the budget");
+    }
+
+    #[test]
+    fn answers_that_are_not_vectors_or_not_json_are_decode_errors() {
+        for (body, says) in [
+            (&b"\x8f\x00garbage"[..], "not a Prometheus API answer"),
+            (
+                br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#,
+                "expected a vector, got matrix",
+            ),
+            (br#"{"status":"success"}"#, "no data"),
+            (
+                br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#,
+                "parse error",
+            ),
+            (
+                br#"{"status":"success","data":{"resultType":"vector","result":[]}} trailing"#,
+                "not a Prometheus API answer",
+            ),
+        ] {
+            let (result, _, _) = decode(body, 10);
+            let e = result.unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
     }
 
     #[test]

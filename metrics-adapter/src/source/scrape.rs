@@ -22,6 +22,7 @@
 //! spell is published at once.
 
 use super::derive::{Series, pod_values};
+use super::limits::{Limits, Rejection};
 use crate::error::Error;
 use crate::fleet::{Fleet, Observed, PodKey, PodValues};
 use arc_swap::ArcSwap;
@@ -29,9 +30,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
-
-/// Largest scrape body accepted (a big node's full scrape is ~200 KB).
-const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// The response header in which a gpu-exporter names its snapshot.
 pub const GENERATION_HEADER: &str = "x-snapshot-generation";
@@ -43,8 +41,9 @@ pub const COALESCE: Duration = Duration::from_millis(200);
 /// answers: a target that answers long polls at once cannot make its task spin.
 pub const MIN_GAP: Duration = Duration::from_millis(100);
 
-/// Turns a scrape body into series.
-pub type Decoder = fn(content_type: &str, body: &[u8]) -> Result<Vec<Series>, Error>;
+/// Turns a scrape body into series, refusing more than `max_series`.
+pub type Decoder =
+    fn(content_type: &str, body: &[u8], max_series: usize) -> Result<Vec<Series>, Error>;
 
 /// How to scrape.
 #[derive(Debug, Clone)]
@@ -60,6 +59,8 @@ pub struct ScrapeOptions {
     pub auth: ExporterAuth,
     /// Where scrape results and round durations are counted.
     pub metrics: super::SourceMetrics,
+    /// What bounds the answers' memory.
+    pub limits: Limits,
 }
 
 /// How the exporters want to be asked.
@@ -162,7 +163,7 @@ async fn fetch(
     if let Some(value) = authorization {
         request = request.header(axum::http::header::AUTHORIZATION, value);
     }
-    let answer = super::http_client::get(&follow.client, request, MAX_BODY_BYTES, timeout).await?;
+    let answer = super::http_client::get(&follow.client, request, &opts.limits, timeout).await?;
     let (at, seen) = (SystemTime::now(), Instant::now());
     if held.is_some() && answer.status == axum::http::StatusCode::NOT_MODIFIED {
         return Ok(Fetched::Unchanged);
@@ -171,18 +172,32 @@ async fn fetch(
         return Err(Error::Scrape(format!("HTTP {}", answer.status)));
     }
     let token = usable_token(&answer);
-    let (content_type, body) = (answer.content_type, answer.body);
+    // The body stays in the in-flight budget until it is decoded.
+    let (content_type, body, _budget) = (answer.content_type, answer.body, answer.budget);
     let _permit = follow
         .decoding
         .acquire()
         .await
         .map_err(|_| Error::Scrape("shutting down".into()))?;
     let decode = follow.decode;
+    let (max_series, max_pods) = (
+        opts.limits.max_series_per_target,
+        opts.limits.max_pods_per_target,
+    );
     let pods = tokio::task::spawn_blocking(move || {
-        decode(&content_type, &body).map(|series| pod_values(&series))
+        decode(&content_type, &body, max_series).map(|series| pod_values(&series))
     })
     .await
     .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
+    if pods.len() > max_pods {
+        return Err(Error::OverLimit {
+            reason: Rejection::PodLimit,
+            message: format!(
+                "the exporter reports {} pods, more than the {max_pods} allowed (--max-pods-per-target)",
+                pods.len()
+            ),
+        });
+    }
     Ok(Fetched::Body((pods, at, seen), token))
 }
 
@@ -244,7 +259,9 @@ pub fn client(opts: &ScrapeOptions) -> Result<Client, Error> {
 pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Arc<ArcSwap<Fleet>>) {
     // Per target: its pods and when, kept across answers so a failure ages them out.
     let mut per_target: HashMap<String, Scraped> = HashMap::new();
-    let mut failing: HashMap<String, String> = HashMap::new();
+    // Failing targets, with the limit they passed if that is why: logged again only
+    // when that changes.
+    let mut failing: HashMap<String, Option<Rejection>> = HashMap::new();
     let mut credentials_error: Option<String> = None;
     let mut last_answer = None;
     let mut tasks: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
@@ -339,12 +356,34 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
 fn record(
     opts: &ScrapeOptions,
     per_target: &mut HashMap<String, Scraped>,
-    failing: &mut HashMap<String, String>,
+    failing: &mut HashMap<String, Option<Rejection>>,
     last_answer: &mut Option<Instant>,
     url: String,
     result: Result<Scraped, Error>,
 ) {
+    // The fleet-wide pod budget: the pods every other target holds, plus these.
+    let result = result.and_then(|scraped| {
+        let others: usize = per_target
+            .iter()
+            .filter(|(u, _)| **u != url)
+            .map(|(_, (pods, _, _))| pods.len())
+            .sum();
+        if others + scraped.0.len() > opts.limits.max_pods {
+            return Err(Error::OverLimit {
+                reason: Rejection::PodBudget,
+                message: format!(
+                    "its {} pods would hold more than the {} pods allowed over all exporters (--max-pods)",
+                    scraped.0.len(),
+                    opts.limits.max_pods
+                ),
+            });
+        }
+        Ok(scraped)
+    });
     opts.metrics.scraped(result.is_ok());
+    if let Err(Error::OverLimit { reason, .. }) = &result {
+        opts.metrics.rejected(*reason);
+    }
     match result {
         Ok(scraped) => {
             *last_answer = Some(scraped.2);
@@ -354,10 +393,21 @@ fn record(
             per_target.insert(url, scraped);
         }
         Err(e) => {
-            if !failing.contains_key(&url) {
-                tracing::warn!(target = %url, error = %e, "exporter scrape failed; its pods' values age out after the staleness limit");
+            let over = match &e {
+                Error::OverLimit { reason, .. } => Some(*reason),
+                _ => None,
+            };
+            if failing.get(&url) != Some(&over) {
+                match over {
+                    Some(reason) => {
+                        tracing::warn!(target = %url, reason = reason.label(), error = %e, "exporter answer refused: over a memory limit; its pods' values age out after the staleness limit")
+                    }
+                    None => {
+                        tracing::warn!(target = %url, error = %e, "exporter scrape failed; its pods' values age out after the staleness limit")
+                    }
+                }
             }
-            failing.insert(url, e.to_string());
+            failing.insert(url, over);
         }
     }
 }
@@ -366,7 +416,7 @@ fn record(
 fn publish(
     store: &ArcSwap<Fleet>,
     per_target: &HashMap<String, Scraped>,
-    failing: &HashMap<String, String>,
+    failing: &HashMap<String, Option<Rejection>>,
     targets: usize,
     last_answer: Option<Instant>,
 ) {
@@ -456,7 +506,7 @@ mod tests {
     }
 
     /// The body is the utilisation of GPU-0, held by pod ml/a.
-    fn decode(_: &str, body: &[u8]) -> Result<Vec<Series>, Error> {
+    fn decode(_: &str, body: &[u8], _: usize) -> Result<Vec<Series>, Error> {
         let value = std::str::from_utf8(body).unwrap().parse().unwrap();
         Ok(vec![Series {
             name: "DCGM_FI_DEV_GPU_UTIL".into(),
@@ -469,6 +519,16 @@ mod tests {
 
     /// An exporter answering as `ex` says, followed by the real loop at `interval`.
     async fn follow(ex: Arc<Exporter>, interval: Duration) -> Arc<ArcSwap<Fleet>> {
+        follow_within(ex, interval, Limits::default(), Default::default()).await
+    }
+
+    /// [`follow`] within `limits`, counting into `metrics`.
+    async fn follow_within(
+        ex: Arc<Exporter>,
+        interval: Duration,
+        limits: Limits,
+        metrics: crate::source::SourceMetrics,
+    ) -> Arc<ArcSwap<Fleet>> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/metrics", listener.local_addr().unwrap());
         let app = axum::Router::new()
@@ -481,7 +541,8 @@ mod tests {
             timeout: Duration::from_secs(5),
             accept: "*/*",
             auth: ExporterAuth::default(),
-            metrics: Default::default(),
+            metrics,
+            limits,
         };
         let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
         let client = client(&opts).unwrap();
@@ -575,5 +636,81 @@ mod tests {
                 assert!(requests.iter().all(String::is_empty), "{requests:?}");
             }
         }
+    }
+
+    /// An exporter reporting more pods than --max-pods-per-target is refused, counted
+    /// by reason, and never reaches the fleet view; within the limit it does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_exporter_over_the_pod_limit_is_refused_and_counted() {
+        for (max_pods_per_target, served) in [(0, false), (1, true)] {
+            let ex = Arc::new(Exporter::default());
+            ex.publish(30);
+            let metrics = crate::source::SourceMetrics::default();
+            let limits = Limits::new(1 << 20, 1 << 20, 100, max_pods_per_target, 100).unwrap();
+            let fleet =
+                follow_within(ex, Duration::from_millis(100), limits, metrics.clone()).await;
+            if served {
+                until_utilization(&fleet, 30.0).await;
+                assert_eq!(metrics.rejections(Rejection::PodLimit), 0);
+            } else {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                while metrics.rejections(Rejection::PodLimit) < 2 {
+                    assert!(tokio::time::Instant::now() < deadline, "never refused");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                assert_eq!(utilization(&fleet), None);
+            }
+        }
+    }
+
+    fn pods(names: &[&str]) -> Scraped {
+        let pods = names
+            .iter()
+            .map(|n| (("ml".to_string(), n.to_string()), PodValues::default()))
+            .collect();
+        (pods, SystemTime::now(), Instant::now())
+    }
+
+    /// The fleet-wide pod budget counts every other target's pods, not the target's own
+    /// earlier answer: an answer that would pass it is refused, the earlier one kept
+    /// (to age out), and it is logged again only when the reason changes.
+    #[test]
+    fn an_answer_past_the_fleet_pod_budget_is_refused() {
+        let metrics = crate::source::SourceMetrics::default();
+        let opts = ScrapeOptions {
+            targets: Arc::new(ArcSwap::from_pointee(vec![])),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            accept: "*/*",
+            auth: ExporterAuth::default(),
+            metrics: metrics.clone(),
+            limits: Limits::new(1 << 20, 1 << 20, 100, 100, 3).unwrap(),
+        };
+        let (mut per_target, mut failing, mut last) = (HashMap::new(), HashMap::new(), None);
+        let mut record = |url: &str, scraped: Scraped| {
+            record(
+                &opts,
+                &mut per_target,
+                &mut failing,
+                &mut last,
+                url.into(),
+                Ok(scraped),
+            );
+            (per_target.clone(), failing.clone())
+        };
+        record("a", pods(&["a1", "a2"]));
+        // b's own earlier answer does not count against it.
+        record("b", pods(&["b1"]));
+        let (held, failing_now) = record("b", pods(&["b1"]));
+        assert_eq!(held.values().map(|p| p.0.len()).sum::<usize>(), 3);
+        assert!(failing_now.is_empty());
+        let (held, failing_now) = record("b", pods(&["b1", "b2"]));
+        assert_eq!(
+            held["b"].0.len(),
+            1,
+            "the earlier answer is kept to age out"
+        );
+        assert_eq!(failing_now.get("b"), Some(&Some(Rejection::PodBudget)));
+        assert_eq!(metrics.rejections(Rejection::PodBudget), 1);
     }
 }

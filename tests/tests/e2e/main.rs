@@ -13,6 +13,7 @@ mod dashboards;
 mod demo;
 mod deploy;
 mod faults;
+mod faults_adapter;
 mod features;
 mod golden;
 mod helm;

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Peak RSS (VmHWM) of gpu-metrics-adapter against one hostile peer (issue 20).
+
+  tests/bench/adapter-memory.py MODE [--seconds N] [--binary PATH] [-- ADAPTER FLAGS]
+
+MODE: prometheus-json (each query answered with 200 MB of valid Prometheus JSON),
+prometheus-random (200 MB of random bytes), exporter-protobuf (one exporter answering a
+valid 15 MiB protobuf exposition: 140,000 pod series), quiet (an exporter that never
+answers: the baseline). Prints VmHWM, VmRSS and the adapter's refusal counters.
+"""
+import argparse, os, random, re, socket, subprocess, sys, threading, time, urllib.request
+
+HUGE = 200_000_000
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(tag, payload):
+    return bytes([tag]) + varint(len(payload)) + payload
+
+
+def exposition(series):
+    import struct
+    metrics = bytearray()
+    for i in range(series):
+        labels = b"".join(
+            field(0x0A, field(0x0A, k.encode()) + field(0x12, v.encode()))
+            for k, v in (("UUID", f"GPU-{i:08}"), ("container", "main"), ("Hostname", "node-a"),
+                         ("namespace", "huge"), ("pod", f"p-{i}")))
+        gauge = field(0x12, b"\x09" + struct.pack("<d", 1.0))
+        metrics += field(0x22, labels + gauge)
+    family = field(0x0A, b"DCGM_FI_DEV_GPU_UTIL") + b"\x18\x01" + bytes(metrics)
+    return varint(len(family)) + family
+
+
+def serve(handler):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+
+    def accept():
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    def handle(conn):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        try:
+            handler(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def chunked(content_type, make_chunk):
+    def handler(conn):
+        conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
+                     "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode())
+        sent, first = 0, True
+        while sent < HUGE:
+            chunk = make_chunk(first)
+            first = False
+            conn.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            sent += len(chunk)
+        conn.sendall(b"0\r\n\r\n")
+    return handler
+
+
+SAMPLE = b'{"metric":{"pod":"p","namespace":"n"},"value":[1,"1"]},' * 1200
+START = b'{"status":"success","data":{"resultType":"vector","result":['
+RANDOM = random.Random(1).randbytes(64 << 10)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["prometheus-json", "prometheus-random", "exporter-protobuf", "quiet"])
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--binary", default="target/debug/gpu-metrics-adapter")
+    a, flags = p.parse_known_args()
+    a.flags = [f for f in flags if f != "--"]
+    if a.mode == "prometheus-json":
+        url = serve(chunked("application/json", lambda first: (START if first else b"") + SAMPLE))
+        source = ["--prometheus-url", url]
+    elif a.mode == "prometheus-random":
+        url = serve(chunked("application/json", lambda first: RANDOM))
+        source = ["--prometheus-url", url]
+    elif a.mode == "exporter-protobuf":
+        body = exposition(140_000)
+        print(f"exposition: {len(body)} bytes, 140000 series", file=sys.stderr)
+
+        def handler(conn):
+            conn.sendall(("HTTP/1.1 200 OK\r\nContent-Type: application/vnd.google.protobuf; "
+                          "proto=io.prometheus.client.MetricFamily; encoding=delimited\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        source = ["--exporter-url", serve(handler)]
+    else:
+        source = ["--exporter-url", serve(lambda conn: time.sleep(3600))]
+    cmd = [a.binary, "--insecure-serve-http", "--bind-address", "127.0.0.1", "--secure-port", "0",
+           "--grpc-port", "0", "--scrape-interval", "1s", "--scrape-timeout", "5s"] + source + a.flags
+    env = dict(os.environ, RUST_LOG="warn,gpu_metrics_adapter=info")
+    env.pop("KUBECONFIG", None)
+    adapter = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    base = None
+    for line in adapter.stderr:
+        m = re.search(r"listening address=(\S+)", line)
+        if m and "grpc" not in line.lower():
+            base = f"http://{m.group(1)}"
+            break
+    threading.Thread(target=lambda: [None for _ in adapter.stderr], daemon=True).start()
+    time.sleep(a.seconds)
+    status = open(f"/proc/{adapter.pid}/status").read()
+    fields = {k: v.strip() for k, v in (l.split(":", 1) for l in status.splitlines())}
+    metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode() if base else ""
+    adapter.kill()
+    print(f"{a.mode}: VmHWM {fields['VmHWM']}, VmRSS {fields['VmRSS']}")
+    for line in metrics.splitlines():
+        if line.startswith(("gpu_metrics_adapter_source_target_rejected_total",
+                            "gpu_metrics_adapter_source_scrapes_total")):
+            print(" ", line)
+
+
+main()
