@@ -11,7 +11,7 @@
 //! and metrics-api queries to the adapter.
 //!
 //! Recorded: RSS and open fds of both processes over time (`samples.csv` in the output
-//! directory), scrape and query errors, and for every deleted pod whether a series
+//! directory; the figures in `summary.txt` and `summary.json`), scrape and query errors, and for every deleted pod whether a series
 //! naming it is still served once its grace has passed (the exporter's pod-mapping
 //! refresh interval plus one sampling interval; for the adapter, plus its scrape
 //! interval). Every live pod past that grace must be served too, so that "no stale
@@ -543,6 +543,21 @@ fn run() -> Result<bool, String> {
         mean(&xs.iter().map(|x| pick(x) as f64).collect::<Vec<_>>())
     };
     let mut ok = alive;
+    let mut json = serde_json::json!({
+        "duration_s": s.duration.as_secs_f64(),
+        "ran_s": elapsed.as_secs_f64(),
+        "pods": pods.slots.len(),
+        "churns": counts.churns,
+        "scrapes": counts.scrapes,
+        "scrape_errors": counts.scrape_errors,
+        "queries": counts.queries,
+        "query_errors": counts.query_errors,
+        "exporter_violations": counts.exporter_violations,
+        "adapter_violations": counts.adapter_violations,
+        "live_missing": counts.live_missing,
+        "alive": alive,
+        "enough_samples": enough,
+    });
     let mut report = String::new();
     let _ = writeln!(report, "soak summary ({})", s.out.display());
     let _ = writeln!(
@@ -583,6 +598,14 @@ fn run() -> Result<bool, String> {
         let peak = samples.iter().map(rss).max().unwrap_or(0);
         let within = enough && drift.abs() <= s.max_drift_pct;
         ok &= within;
+        json[name] = serde_json::json!({
+            "rss_start_bytes": rss_start,
+            "rss_end_bytes": rss_end,
+            "rss_drift_pct": drift,
+            "rss_peak_bytes": peak,
+            "fds_start": fd_start,
+            "fds_end": fd_end,
+        });
         let _ = writeln!(
             report,
             "  {name}: RSS {:.1} MiB -> {:.1} MiB, drift {drift:+.2} % ({}), peak {:.1} MiB; fds {fd_start:.0} -> {fd_end:.0}",
@@ -611,7 +634,9 @@ fn run() -> Result<bool, String> {
         && counts.live_missing == 0
         && counts.churns > 0;
     let _ = writeln!(report, "  verdict: {}", if ok { "PASS" } else { "FAIL" });
+    json["pass"] = ok.into();
     print!("{report}");
     std::fs::write(s.out.join("summary.txt"), &report).map_err(|e| e.to_string())?;
+    std::fs::write(s.out.join("summary.json"), json.to_string()).map_err(|e| e.to_string())?;
     Ok(ok)
 }

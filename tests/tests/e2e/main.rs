@@ -26,4 +26,5 @@ mod prometheus;
 mod promtool;
 mod protobuf;
 mod readiness;
+mod soak;
 mod web_config;
