@@ -27,13 +27,14 @@
 //! SOAK_BIN_DIR (target/release), SOAK_NVML_LIB (SOAK_BIN_DIR/libnvidia_ml.so),
 //! SOAK_OUT (a fresh directory under target/soak), SOAK_MAX_RSS_DRIFT_PCT (5).
 
-use e2e_tests::{Process, try_get, wait_for, workspace};
+use e2e_tests::{try_get, wait_for, workspace};
 use kube_sim::proto::{ContainerDevices, ContainerResources, PodResources};
 use kube_sim::{FakeApiServer, FakeKubelet, PodMeta};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 const NAMESPACE: &str = "soak";
@@ -183,15 +184,66 @@ struct Counts {
     exporter_violations: u64,
     adapter_violations: u64,
     live_missing: u64,
-    errors_seen: Vec<String>,
+    /// Seconds since the start, for the error lines.
+    now_s: f64,
+    printed: u64,
 }
 
 impl Counts {
+    /// Prints an error with its time (the first 2,000; the counts hold them all).
     fn error(&mut self, what: String) {
-        if self.errors_seen.len() < 20 {
-            eprintln!("soak: {what}");
-            self.errors_seen.push(what);
+        if self.printed < 2000 {
+            eprintln!("soak: [{:.1} s] {what}", self.now_s);
+            self.printed += 1;
         }
+    }
+}
+
+/// A child whose output goes to a file in the output directory (so that a long run
+/// keeps its logs however it ends); killed on drop.
+struct Logged {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Logged {
+    fn spawn(mut cmd: Command, log: PathBuf) -> Result<Logged, String> {
+        let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = file.try_clone().map_err(|e| e.to_string())?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("spawn {cmd:?}: {e}"))?;
+        Ok(Logged { child, log })
+    }
+
+    /// `http://HOST:PORT` from the `listening address=HOST:PORT` line both binaries log.
+    fn listening_base(&mut self) -> String {
+        wait_for("the listening line", Duration::from_secs(30), || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("exited ({status}); see {}", self.log.display());
+            }
+            let text = std::fs::read_to_string(&self.log).ok()?;
+            let addr = text
+                .split("listening address=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?;
+            Some(format!("http://{addr}"))
+        })
+    }
+
+    fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -283,38 +335,44 @@ fn run() -> Result<bool, String> {
     };
     pods.publish();
 
-    let mut exporter = Process::spawn({
-        let mut cmd = Command::new(s.bin_dir.join("gpu-exporter"));
-        cmd.arg("--nvml-lib")
-            .arg(&s.nvml_lib)
-            .args(["-a", "127.0.0.1:0", "-c"])
-            .arg(SAMPLE.as_millis().to_string())
-            .args(["-k", "--kubernetes-refresh-interval"])
-            .arg(format!("{}ms", REFRESH.as_millis()))
-            .arg("--pod-resources-kubelet-socket")
-            .arg(&socket)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .env("GPU_SIM_SCENARIO", &s.scenario)
-            .env("NODE_NAME", NODE)
-            .env("RUST_LOG", "warn,gpu_exporter=info");
-        cmd
-    });
-    let exporter_base = exporter.listening_base("http");
+    let mut exporter = Logged::spawn(
+        {
+            let mut cmd = Command::new(s.bin_dir.join("gpu-exporter"));
+            cmd.arg("--nvml-lib")
+                .arg(&s.nvml_lib)
+                .args(["-a", "127.0.0.1:0", "-c"])
+                .arg(SAMPLE.as_millis().to_string())
+                .args(["-k", "--kubernetes-refresh-interval"])
+                .arg(format!("{}ms", REFRESH.as_millis()))
+                .arg("--pod-resources-kubelet-socket")
+                .arg(&socket)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .env("GPU_SIM_SCENARIO", &s.scenario)
+                .env("NODE_NAME", NODE)
+                .env("RUST_LOG", "warn,gpu_exporter=info");
+            cmd
+        },
+        s.out.join("exporter.log"),
+    )?;
+    let exporter_base = exporter.listening_base();
     let metrics_url = format!("{exporter_base}/metrics");
-    let mut adapter = Process::spawn({
-        let mut cmd = Command::new(s.bin_dir.join("gpu-metrics-adapter"));
-        cmd.args(["--insecure-serve-http", "--bind-address", "127.0.0.1"])
-            .args(["--secure-port", "0", "--grpc-port", "0"])
-            .args(["--exporter-url", &metrics_url, "--scrape-interval"])
-            .arg(format!("{}ms", ADAPTER_SCRAPE.as_millis()))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "warn,gpu_metrics_adapter=info");
-        cmd
-    });
-    let adapter_base = adapter.listening_base("http");
+    let mut adapter = Logged::spawn(
+        {
+            let mut cmd = Command::new(s.bin_dir.join("gpu-metrics-adapter"));
+            cmd.args(["--insecure-serve-http", "--bind-address", "127.0.0.1"])
+                .args(["--secure-port", "0", "--grpc-port", "0"])
+                .args(["--exporter-url", &metrics_url, "--scrape-interval"])
+                .arg(format!("{}ms", ADAPTER_SCRAPE.as_millis()))
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .env_remove("KUBECONFIG")
+                .env("RUST_LOG", "warn,gpu_metrics_adapter=info");
+            cmd
+        },
+        s.out.join("adapter.log"),
+    )?;
+    let adapter_base = adapter.listening_base();
     let wildcard = format!(
         "{adapter_base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NAMESPACE}/pods/*/gpu_utilization"
     );
@@ -341,9 +399,16 @@ fn run() -> Result<bool, String> {
         (s.duration / 120).clamp(Duration::from_millis(500), Duration::from_secs(5));
     let exporter_grace = REFRESH + SAMPLE;
     let adapter_grace = exporter_grace + ADAPTER_SCRAPE;
-    let (exporter_pid, adapter_pid) = (exporter.pid(), adapter.pid());
+    let (exporter_pid, adapter_pid) = (exporter.child.id(), adapter.child.id());
+    // Written as it goes, so that a run cut short keeps its samples.
+    let csv_path = s.out.join("samples.csv");
     let mut csv =
-        String::from("elapsed_s,exporter_rss_bytes,exporter_fds,adapter_rss_bytes,adapter_fds\n");
+        std::fs::File::create(&csv_path).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let _ = writeln!(
+        csv,
+        "elapsed_s,exporter_rss_bytes,exporter_fds,adapter_rss_bytes,adapter_fds"
+    );
+    let mut next_progress = Duration::from_secs(60);
     let mut samples: Vec<(f64, u64, u64, u64, u64)> = Vec::new();
     let mut counts = Counts::default();
     let mut deleted: VecDeque<Deleted> = VecDeque::new();
@@ -363,6 +428,25 @@ fn run() -> Result<bool, String> {
     let mut alive = true;
     while Instant::now() < end {
         let now = Instant::now();
+        counts.now_s = start.elapsed().as_secs_f64();
+        if start.elapsed() >= next_progress {
+            next_progress += Duration::from_secs(60);
+            let (er, ar) = samples.last().map_or((0, 0), |x| (x.1, x.3));
+            println!(
+                "soak: [{:.0} s] churns {}, scrapes {} ({} errors), queries {} ({} errors), violations {}/{}, live missing {}, RSS exporter {:.1} MiB adapter {:.1} MiB",
+                counts.now_s,
+                counts.churns,
+                counts.scrapes,
+                counts.scrape_errors,
+                counts.queries,
+                counts.query_errors,
+                counts.exporter_violations,
+                counts.adapter_violations,
+                counts.live_missing,
+                er as f64 / 1048576.0,
+                ar as f64 / 1048576.0
+            );
+        }
         if now >= next_churn {
             let pod = pods.churn();
             counts.churns += 1;
@@ -509,7 +593,7 @@ fn run() -> Result<bool, String> {
                 }
             }
         }
-        if exporter.exited().is_some() || adapter.exited().is_some() {
+        if exporter.exited() || adapter.exited() {
             alive = false;
             break;
         }
@@ -520,9 +604,6 @@ fn run() -> Result<bool, String> {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     let elapsed = start.elapsed();
-    std::fs::write(s.out.join("samples.csv"), &csv).map_err(|e| e.to_string())?;
-    std::fs::write(s.out.join("exporter.log"), exporter.log()).map_err(|e| e.to_string())?;
-    std::fs::write(s.out.join("adapter.log"), adapter.log()).map_err(|e| e.to_string())?;
 
     // RSS at the start (after warm-up) and at the end: the mean of the samples in a
     // window at each end, so that one allocator blip does not decide the verdict.
