@@ -30,4 +30,5 @@ mod promtool;
 mod protobuf;
 mod rbac;
 mod readiness;
+mod soak;
 mod web_config;
