@@ -693,12 +693,12 @@ fn provide_path(
     if path == "/proc" {
         return node.proc_root().to_path_buf();
     }
+    if file_name.ends_with(".sock") {
+        // The node's own socket: a socket path must stay short (SUN_LEN).
+        return node.socket().to_path_buf();
+    }
     let local = root.join(path.trim_start_matches('/'));
     std::fs::create_dir_all(local.parent().expect("a parent")).expect("mkdir");
-    if file_name.ends_with(".sock") {
-        std::os::unix::fs::symlink(node.socket(), &local).expect("link the kubelet socket");
-        return local;
-    }
     let content = match file_name {
         "tls.crt" => serving.cert_pem.clone(),
         "tls.key" => serving.key_pem.clone(),
@@ -799,7 +799,12 @@ fn the_binaries_run_with_the_manifests_flags_until_ready() {
         let has_address = exporter_args
             .iter()
             .any(|a| a.starts_with("--address") || a.starts_with("-a"));
-        let fake_nvml = e2e_tests::fake_nvml();
+        // The real library name resolves to the fake one; the manifests carry no
+        // library flag.
+        let lib = root.join("lib");
+        std::fs::create_dir_all(&lib).expect("mkdir lib");
+        std::os::unix::fs::symlink(e2e_tests::fake_nvml(), lib.join("libnvidia-ml.so.1"))
+            .expect("link libnvidia-ml.so.1");
         let mut cmd = Command::new(binary("gpu-exporter"));
         cmd.current_dir(workspace())
             .args(&exporter_args)
@@ -808,12 +813,7 @@ fn the_binaries_run_with_the_manifests_flags_until_ready() {
             } else {
                 vec!["--address=127.0.0.1:0"]
             })
-            // The real library name resolves to the fake one; the manifests carry no
-            // library flag.
-            .env(
-                "LD_LIBRARY_PATH",
-                fake_nvml.parent().expect("the fake library's folder"),
-            )
+            .env("LD_LIBRARY_PATH", &lib)
             .env("GPU_SIM_SCENARIO", SCENARIO)
             .env("NODE_NAME", "node-a")
             .env("KUBECONFIG", &kubeconfig)
