@@ -352,4 +352,22 @@ mod tests {
         .unwrap_err();
         assert!(neither.to_string().contains("exactly one"), "{neither}");
     }
+
+    #[test]
+    fn pods_whose_data_is_all_stale_are_an_error() {
+        let t = parse_trigger(&meta(&[
+            ("metric", "gpu_utilization"),
+            ("targetValue", "60"),
+            ("podSelector", "app=web"),
+        ]))
+        .unwrap();
+        let s = state(&["web-0", "web-1"], &[("web-0", 70.0), ("web-1", 10.0)]);
+        let mut fleet = (**s.fleet.load()).clone();
+        for observed in fleet.pods.values_mut() {
+            observed.seen = Instant::now() - s.staleness - std::time::Duration::from_secs(1);
+        }
+        s.fleet.store(std::sync::Arc::new(fleet));
+        let e = evaluate(&s, "ns", &t).unwrap_err();
+        assert!(matches!(e, Error::Stale { pods: 2, .. }), "{e:?}");
+    }
 }
