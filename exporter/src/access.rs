@@ -57,7 +57,8 @@ const CLIENT_FAILURE_BURST: u32 = 10;
 const CLIENT_FAILURE_REFILL: Duration = Duration::from_secs(6);
 
 /// Clients whose failures are tracked: least recently seen forgotten first, so the
-/// table stays under ~300 KiB whatever the number of addresses. A forgotten client
+/// table stays near 0.5 MiB (about 125 bytes a client with the LRU links and hash
+/// slot) whatever the number of addresses. A forgotten client
 /// starts again with a full allowance; an attacker needs this many addresses to make
 /// that happen, and each of them still gets only its own allowance.
 const CLIENT_TABLE_ENTRIES: usize = 4096;

@@ -3,7 +3,7 @@
 //! the JSON schemas in tests/fixtures/crd-schemas for custom resources), the objects
 //! fit together (Services select their pods, bindings name service accounts that exist,
 //! APIServices point at the adapter and trust its certificate, flags name what exists
-//! and are accepted by the binaries), and the KEDA prometheus example's query returns,
+//! and the binaries run with them until ready), and the KEDA prometheus example's query returns,
 //! from a real Prometheus scraping the exporter on a simulated node, the value its
 //! metricType and threshold need.
 
