@@ -477,6 +477,22 @@ mod tests {
             Holding::Shared(vec![holder("ns", "c", Some("main"))])
         );
         assert_eq!(h.allocations.len(), 4);
+        // Two holders of a whole GPU by its plain UUID (no replica suffix): shared too,
+        // never credited whole to the first.
+        let h = resolve(
+            &[
+                alloc("ns", "x", "main", "nvidia.com/gpu", G0),
+                alloc("ns", "y", "main", "nvidia.com/gpu", G0),
+            ],
+            &PodDirectory::default(),
+        );
+        assert_eq!(
+            h.per_entity[0],
+            Holding::Shared(vec![
+                holder("ns", "x", Some("main")),
+                holder("ns", "y", Some("main"))
+            ])
+        );
     }
 
     #[test]
