@@ -5,6 +5,8 @@
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
 #   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test, and gpustat
 #     and nvitop (PyPI, pinned) for the NVML breadth test,
+#   - prometheus-client (PyPI, pinned) whose parsers read the golden exposition files
+#     independently of this workspace (tests/tests/e2e/golden.rs),
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
 #     for the manifest tests (tests/tests/e2e/deploy.rs),
 #   - go (Debian package `golang-go`) to build the real control plane of tests/kube
@@ -27,6 +29,8 @@ KUBERNETES_VALIDATE_VERSION="1.37.0"
 # NVML peer tools the breadth test runs against the fake library (tests/tests/e2e/nvml_breadth.rs).
 GPUSTAT_VERSION="1.1.1"
 NVITOP_VERSION="1.7.2"
+# Prometheus' Python client, for its exposition parsers (tests/tests/e2e/golden.rs).
+PROMETHEUS_CLIENT_VERSION="0.26.0"
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -132,6 +136,23 @@ if ! python3 -c "import importlib.metadata as m, sys; sys.exit(0 if (m.version('
     fi
     python3 -c 'import gpustat, nvitop' || {
         echo "tests/setup.sh: gpustat or nvitop still cannot be imported" >&2
+        exit 1
+    }
+fi
+
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('prometheus-client') == '${PROMETHEUS_CLIENT_VERSION}' else 1)" >/dev/null 2>&1; then
+    echo "tests/setup.sh: installing prometheus-client==${PROMETHEUS_CLIENT_VERSION}"
+    pip_args=(install --quiet --disable-pip-version-check "prometheus-client==${PROMETHEUS_CLIENT_VERSION}")
+    if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+        pip_args+=(--break-system-packages)
+    fi
+    if python3 -m pip "${pip_args[@]}" 2>/dev/null; then
+        :
+    else
+        as_root python3 -m pip "${pip_args[@]}"
+    fi
+    python3 -c 'import prometheus_client.parser, prometheus_client.openmetrics.parser' || {
+        echo "tests/setup.sh: prometheus-client still cannot be imported after installing it" >&2
         exit 1
     }
 fi

@@ -16,11 +16,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lru::LruCache;
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tls_serving::{PeerCertificates, TlsConfigHandle};
+use tls_serving::{PeerCertificates, RemoteAddr, TlsConfigHandle};
 use tokio::sync::Semaphore;
 
 /// Paths served without credentials and without rate limiting, for kubelet probes.
@@ -47,6 +48,25 @@ const VERDICT_CACHE_ENTRIES: usize = 100;
 /// waiting.
 const BCRYPT_QUEUE: usize = 8;
 
+/// Failed password checks a client may make at once, and how fast its allowance grows
+/// back: 10, then one every 6 s. Past that it is answered 429 with `Retry-After` before
+/// any bcrypt work, so one client cannot keep the bcrypt slot busy; its verified
+/// credentials (from the cache) still work, so a scraper behind the same address keeps
+/// scraping.
+const CLIENT_FAILURE_BURST: u32 = 10;
+const CLIENT_FAILURE_REFILL: Duration = Duration::from_secs(6);
+
+/// Clients whose failures are tracked: least recently seen forgotten first, so the
+/// table stays near 0.5 MiB (about 125 bytes a client with the LRU links and hash
+/// slot) whatever the number of addresses. A forgotten client
+/// starts again with a full allowance; an attacker needs this many addresses to make
+/// that happen, and each of them still gets only its own allowance.
+const CLIENT_TABLE_ENTRIES: usize = 4096;
+
+/// Checks one client may have waiting for or holding the bcrypt slot: the shared queue
+/// is shared between clients instead of filled by one.
+const CLIENT_QUEUE_SHARE: u32 = 1;
+
 /// The bcrypt cost of the decoy check for unknown users when the configured hashes give
 /// none (exporter-toolkit's decoy hash is cost 10).
 const DEFAULT_DECOY_COST: u32 = 10;
@@ -59,6 +79,33 @@ pub struct Guard {
     bcrypt: Semaphore,
     /// Requests holding or waiting for `bcrypt`.
     bcrypt_queue: std::sync::atomic::AtomicUsize,
+    /// Per client: failed checks and checks in the queue. Kept across reloads, so a
+    /// reload does not hand a flooding client a new allowance.
+    clients: Mutex<LruCache<IpAddr, ClientState>>,
+}
+
+/// One client's standing with the password check.
+struct ClientState {
+    /// Failed checks allowed; one is taken per failure.
+    failures: TokenBucket,
+    /// Its requests waiting for or holding the bcrypt slot.
+    queued: u32,
+}
+
+/// The key a client is tracked by: its IPv4 address, or the /64 of its IPv6 address (one
+/// host usually holds a whole /64). IPv4-mapped IPv6 addresses count as IPv4.
+fn client_key(remote: Option<&RemoteAddr>) -> IpAddr {
+    match remote.map(|r| r.0.ip()) {
+        None => IpAddr::from([0, 0, 0, 0]),
+        Some(IpAddr::V4(v4)) => IpAddr::V4(v4),
+        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(prefix.into())
+            }
+        },
+    }
 }
 
 /// What authentication decided.
@@ -66,8 +113,10 @@ pub struct Guard {
 enum Verdict {
     Allowed,
     Denied,
-    /// The bcrypt queue is full: try again later.
+    /// The bcrypt queue, or this client's share of it, is full: try again later.
     Busy,
+    /// This client has used up its failed attempts: try again after this long.
+    Limited(Duration),
 }
 
 struct Policy {
@@ -158,6 +207,48 @@ impl Guard {
             policy: ArcSwap::from_pointee(Policy::new(config)),
             bcrypt: Semaphore::new(1),
             bcrypt_queue: std::sync::atomic::AtomicUsize::new(0),
+            clients: Mutex::new(LruCache::new(
+                NonZeroUsize::new(CLIENT_TABLE_ENTRIES).unwrap_or(NonZeroUsize::MIN),
+            )),
+        }
+    }
+
+    /// Before a bcrypt check: whether `client` may make one now, and if so its place in
+    /// its share of the queue (released by [`Guard::leave_client_queue`]).
+    fn enter_client_queue(&self, client: IpAddr, now: Instant) -> Result<(), Verdict> {
+        let Ok(mut clients) = self.clients.lock() else {
+            return Ok(());
+        };
+        let state = clients.get_or_insert_mut(client, || ClientState {
+            failures: TokenBucket::new(
+                RateLimit {
+                    interval: CLIENT_FAILURE_REFILL,
+                    burst: CLIENT_FAILURE_BURST,
+                },
+                now,
+            ),
+            queued: 0,
+        });
+        if let Some(wait) = state.failures.wait_for_token(now) {
+            return Err(Verdict::Limited(wait));
+        }
+        if state.queued >= CLIENT_QUEUE_SHARE {
+            return Err(Verdict::Busy);
+        }
+        state.queued += 1;
+        Ok(())
+    }
+
+    /// After a bcrypt check (or a request that gave up waiting): the client leaves its
+    /// share of the queue, and a failure takes one of its allowed attempts.
+    fn leave_client_queue(&self, client: IpAddr, failed: bool, now: Instant) {
+        if let Ok(mut clients) = self.clients.lock()
+            && let Some(state) = clients.get_mut(&client)
+        {
+            state.queued = state.queued.saturating_sub(1);
+            if failed {
+                state.failures.take(now);
+            }
         }
     }
 
@@ -166,24 +257,52 @@ impl Guard {
         self.policy.store(Arc::new(Policy::new(config)));
     }
 
-    async fn authenticate(&self, policy: Arc<Policy>, user: String, password: Vec<u8>) -> Verdict {
+    /// Verified credentials pass at once. Anything else needs a bcrypt check: first the
+    /// client's own limits (its failed attempts, its share of the queue), then the
+    /// shared bounded queue for the one bcrypt slot.
+    async fn authenticate(
+        &self,
+        policy: Arc<Policy>,
+        client: IpAddr,
+        user: String,
+        password: Vec<u8>,
+    ) -> Verdict {
         use std::sync::atomic::Ordering;
         let key = (user, password);
         if policy.verified(&key) {
             return Verdict::Allowed;
         }
+        if let Err(verdict) = self.enter_client_queue(client, Instant::now()) {
+            return verdict;
+        }
+        // Leaves the client's share and the shared queue however this future ends (a
+        // client that hangs up drops it); a failed check counts against the client.
+        struct Leave<'a> {
+            guard: &'a Guard,
+            client: IpAddr,
+            in_shared_queue: bool,
+            failed: bool,
+        }
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                if self.in_shared_queue {
+                    self.guard.bcrypt_queue.fetch_sub(1, Ordering::AcqRel);
+                }
+                self.guard
+                    .leave_client_queue(self.client, self.failed, Instant::now());
+            }
+        }
+        let mut leave = Leave {
+            guard: self,
+            client,
+            in_shared_queue: false,
+            failed: false,
+        };
         if self.bcrypt_queue.fetch_add(1, Ordering::AcqRel) >= BCRYPT_QUEUE {
             self.bcrypt_queue.fetch_sub(1, Ordering::AcqRel);
             return Verdict::Busy;
         }
-        // Leaves the queue however this future ends (a client that hangs up drops it).
-        struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        let _leave = Leave(&self.bcrypt_queue);
+        leave.in_shared_queue = true;
         let Ok(_permit) = self.bcrypt.acquire().await else {
             return Verdict::Denied;
         };
@@ -198,6 +317,7 @@ impl Guard {
         })
         .await
         .unwrap_or(false);
+        leave.failed = !allowed;
         if allowed {
             Verdict::Allowed
         } else {
@@ -228,19 +348,28 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     } else if open || policy.users.is_empty() {
         next.run(request).await
     } else {
+        let client = client_key(request.extensions().get::<RemoteAddr>());
         let verdict = match basic_credentials(request.headers()) {
-            Some((user, password)) => guard.authenticate(policy.clone(), user, password).await,
+            Some((user, password)) => {
+                guard
+                    .authenticate(policy.clone(), client, user, password)
+                    .await
+            }
             None => Verdict::Denied,
         };
-        if verdict == Verdict::Allowed {
-            next.run(request).await
-        } else if verdict == Verdict::Busy {
-            text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
-        } else {
-            let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
-            r
+        match verdict {
+            Verdict::Allowed => next.run(request).await,
+            Verdict::Busy => too_many_requests(Duration::from_secs(1)),
+            Verdict::Limited(wait) => {
+                tracing::debug!(%client, "too many failed password checks from this client");
+                too_many_requests(wait)
+            }
+            Verdict::Denied => {
+                let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                r.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+                r
+            }
         }
     };
     // As exporter-toolkit: the configured headers go on every answer, unless the
@@ -251,6 +380,15 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
         }
     }
     response
+}
+
+/// 429 with `Retry-After` in whole seconds (at least 1).
+fn too_many_requests(wait: Duration) -> Response {
+    let mut r = text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+    r
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response {
@@ -340,10 +478,20 @@ impl TokenBucket {
         }
     }
 
-    fn take(&mut self, now: Instant) -> bool {
+    fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+    }
+
+    /// `None` when a token is there now; else how long until one is.
+    fn wait_for_token(&mut self, now: Instant) -> Option<Duration> {
+        self.refill(now);
+        (self.tokens < 1.0).then(|| Duration::from_secs_f64((1.0 - self.tokens) / self.per_second))
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true
@@ -417,6 +565,143 @@ pub fn warn_if_insecure(config: &WebConfig) {
 mod tests {
     use super::*;
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[tokio::test]
+    async fn a_client_failing_too_often_is_limited_but_keeps_its_verified_credentials() {
+        let guard = guard_for("prom", "secret");
+        let policy = guard.policy.load_full();
+        let attacker = IpAddr::from([10, 0, 0, 66]);
+        let check = |client: IpAddr, pw: &str| {
+            guard.authenticate(policy.clone(), client, "prom".to_string(), pw.into())
+        };
+        // The scraper behind the same address verified its password first.
+        assert_eq!(check(attacker, "secret").await, Verdict::Allowed);
+        for i in 0..CLIENT_FAILURE_BURST {
+            assert_eq!(
+                check(attacker, &format!("guess-{i}")).await,
+                Verdict::Denied
+            );
+        }
+        let queue_before = guard
+            .bcrypt_queue
+            .load(std::sync::atomic::Ordering::Acquire);
+        match check(attacker, "one-more-guess").await {
+            Verdict::Limited(wait) => assert!(
+                wait > Duration::ZERO && wait <= CLIENT_FAILURE_REFILL,
+                "{wait:?}"
+            ),
+            other => panic!("not limited: {other:?}"),
+        }
+        assert_eq!(
+            guard
+                .bcrypt_queue
+                .load(std::sync::atomic::Ordering::Acquire),
+            queue_before,
+            "a limited client never reaches the bcrypt queue"
+        );
+        // Verified credentials need no bcrypt and still pass; other clients are not
+        // limited.
+        assert_eq!(check(attacker, "secret").await, Verdict::Allowed);
+        assert_eq!(
+            check(IpAddr::from([10, 0, 0, 67]), "wrong").await,
+            Verdict::Denied
+        );
+    }
+
+    #[test]
+    fn a_limited_client_gets_an_attempt_back_after_the_refill_interval() {
+        let guard = guard_for("prom", "secret");
+        let client = IpAddr::from([192, 0, 2, 1]);
+        let t0 = Instant::now();
+        for _ in 0..CLIENT_FAILURE_BURST {
+            guard.enter_client_queue(client, t0).expect("allowed");
+            guard.leave_client_queue(client, true, t0);
+        }
+        let Err(Verdict::Limited(wait)) = guard.enter_client_queue(client, t0) else {
+            panic!("not limited after {CLIENT_FAILURE_BURST} failures");
+        };
+        assert_eq!(wait, CLIENT_FAILURE_REFILL);
+        let almost = t0 + CLIENT_FAILURE_REFILL - Duration::from_millis(100);
+        assert!(matches!(
+            guard.enter_client_queue(client, almost),
+            Err(Verdict::Limited(_))
+        ));
+        let after = t0 + CLIENT_FAILURE_REFILL;
+        guard
+            .enter_client_queue(client, after)
+            .expect("one attempt back");
+        // A success takes nothing: the client may try again at once.
+        guard.leave_client_queue(client, false, after);
+        guard
+            .enter_client_queue(client, after)
+            .expect("still allowed");
+        guard.leave_client_queue(client, true, after);
+        assert!(matches!(
+            guard.enter_client_queue(client, after),
+            Err(Verdict::Limited(_))
+        ));
+    }
+
+    #[test]
+    fn one_client_holds_at_most_its_share_of_the_bcrypt_queue() {
+        let guard = guard_for("prom", "secret");
+        let now = Instant::now();
+        let (a, b) = (IpAddr::from([10, 1, 0, 1]), IpAddr::from([10, 1, 0, 2]));
+        for _ in 0..CLIENT_QUEUE_SHARE {
+            guard.enter_client_queue(a, now).expect("a's share");
+        }
+        assert!(matches!(
+            guard.enter_client_queue(a, now),
+            Err(Verdict::Busy)
+        ));
+        guard
+            .enter_client_queue(b, now)
+            .expect("b is not held back by a");
+        guard.leave_client_queue(a, false, now);
+        guard
+            .enter_client_queue(a, now)
+            .expect("room again after leaving");
+    }
+
+    #[test]
+    fn the_client_table_is_bounded() {
+        let guard = guard_for("prom", "secret");
+        let now = Instant::now();
+        for i in 0..(CLIENT_TABLE_ENTRIES as u32 + 500) {
+            let client = IpAddr::from((0x0a00_0000 + i).to_be_bytes());
+            guard.enter_client_queue(client, now).expect("fresh client");
+            guard.leave_client_queue(client, true, now);
+        }
+        assert_eq!(
+            guard.clients.lock().expect("clients").len(),
+            CLIENT_TABLE_ENTRIES
+        );
+    }
+
+    #[test]
+    fn clients_are_keyed_by_ipv4_address_or_ipv6_slash_64() {
+        let key = |addr: &str| client_key(Some(&RemoteAddr(addr.parse().expect("addr"))));
+        assert_eq!(key("192.0.2.7:5000"), key("192.0.2.7:6000"));
+        assert_ne!(key("192.0.2.7:5000"), key("192.0.2.8:5000"));
+        assert_eq!(
+            key("[2001:db8:1:2::1]:80"),
+            key("[2001:db8:1:2:ffff::9]:81")
+        );
+        assert_ne!(key("[2001:db8:1:2::1]:80"), key("[2001:db8:1:3::1]:80"));
+        assert_eq!(key("[::ffff:192.0.2.7]:1"), key("192.0.2.7:2"));
+        assert_eq!(client_key(None), IpAddr::from([0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn too_many_requests_says_when_to_retry() {
+        let r = too_many_requests(Duration::from_millis(5_200));
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "6");
+        let r = too_many_requests(Duration::from_millis(10));
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+
     fn header_map(value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(
@@ -438,14 +723,23 @@ mod tests {
         let guard = guard_for("prom", "secret");
         let policy = guard.policy.load_full();
         let right = ("prom".to_string(), b"secret".to_vec());
-        let check = |user: &str, pw: &[u8]| {
-            guard.authenticate(policy.clone(), user.to_string(), pw.to_vec())
+        // Each guess from its own address, so the per-client limit does not step in.
+        let check = |client: u32, user: &str, pw: &[u8]| {
+            guard.authenticate(
+                policy.clone(),
+                IpAddr::from(client.to_be_bytes()),
+                user.to_string(),
+                pw.to_vec(),
+            )
         };
-        assert_eq!(check("prom", b"secret").await, Verdict::Allowed);
+        assert_eq!(check(1, "prom", b"secret").await, Verdict::Allowed);
         assert!(policy.verified(&right));
         for i in 0..(VERDICT_CACHE_ENTRIES + 20) {
             let wrong = format!("guess-{i}");
-            assert_eq!(check("prom", wrong.as_bytes()).await, Verdict::Denied);
+            assert_eq!(
+                check(100 + i as u32, "prom", wrong.as_bytes()).await,
+                Verdict::Denied
+            );
         }
         assert!(
             policy.verified(&right),
@@ -464,14 +758,14 @@ mod tests {
             .bcrypt_queue
             .store(BCRYPT_QUEUE, std::sync::atomic::Ordering::Release);
         let busy = guard
-            .authenticate(policy.clone(), "prom".into(), b"secret".to_vec())
+            .authenticate(policy.clone(), LOCAL, "prom".into(), b"secret".to_vec())
             .await;
         assert_eq!(busy, Verdict::Busy);
         guard
             .bcrypt_queue
             .store(BCRYPT_QUEUE - 1, std::sync::atomic::Ordering::Release);
         let ok = guard
-            .authenticate(policy.clone(), "prom".into(), b"secret".to_vec())
+            .authenticate(policy.clone(), LOCAL, "prom".into(), b"secret".to_vec())
             .await;
         assert_eq!(ok, Verdict::Allowed);
         assert_eq!(
@@ -579,7 +873,7 @@ mod tests {
         let policy = guard.policy.load_full();
         assert_eq!(policy.decoy_cost, 4);
         let check = |user: &str, pw: &[u8]| {
-            guard.authenticate(policy.clone(), user.to_string(), pw.to_vec())
+            guard.authenticate(policy.clone(), LOCAL, user.to_string(), pw.to_vec())
         };
         assert_eq!(check("alice", b"secret").await, Verdict::Allowed);
         assert_eq!(check("alice", b"wrong").await, Verdict::Denied);

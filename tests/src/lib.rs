@@ -415,6 +415,41 @@ pub fn promtool_check_metrics(text: &str) -> (i32, String) {
     )
 }
 
+const PROMTOOL_LABEL_CASE: &str = " label names should be written in 'snake_case' not 'camelCase'";
+const PROMTOOL_COUNTER_TOTAL: &str = " counter metrics should have \"_total\" suffix";
+/// dcgm's `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` names its type.
+const PROMTOOL_NAMES_TYPE: &str = " metric name should not include type 'counter'";
+
+/// `promtool check metrics` parses `body`, and its linter finds nothing but what
+/// dcgm-exporter's compatible names cause: camelCase/uppercase identity labels (`UUID`,
+/// `modelName`, …) on series that carry them, and `DCGM_*` counters without `_total`.
+pub fn assert_promtool_accepts_dcgm_exposition(body: &str) {
+    let (code, findings) = promtool_check_metrics(body);
+    assert!(
+        code == 0 || code == 3,
+        "promtool failed to parse (exit {code}):\n{findings}"
+    );
+    for f in findings.lines().filter(|l| !l.trim().is_empty()) {
+        if let Some(metric) = f.strip_suffix(PROMTOOL_LABEL_CASE) {
+            // Only series that carry dcgm's identity labels may trip the case lint.
+            let carries_dcgm_labels = body.lines().any(|l| {
+                l.starts_with(metric) && l.contains("UUID=\"") && l.contains("modelName=\"")
+            });
+            assert!(carries_dcgm_labels, "unexpected label-case finding: {f}");
+        } else if let Some(metric) = f
+            .strip_suffix(PROMTOOL_COUNTER_TOTAL)
+            .or_else(|| f.strip_suffix(PROMTOOL_NAMES_TYPE))
+        {
+            assert!(
+                metric.starts_with("DCGM_"),
+                "our own metric breaks a naming rule: {f}"
+            );
+        } else {
+            panic!("unexpected promtool finding: {f}\nall findings:\n{findings}");
+        }
+    }
+}
+
 /// A real Prometheus server on loopback with the given scrape jobs (name, target host:port,
 /// extra YAML lines for the job).
 pub struct Prometheus {

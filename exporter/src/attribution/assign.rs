@@ -477,6 +477,22 @@ mod tests {
             Holding::Shared(vec![holder("ns", "c", Some("main"))])
         );
         assert_eq!(h.allocations.len(), 4);
+        // Two holders of a whole GPU by its plain UUID (no replica suffix): shared too,
+        // never credited whole to the first.
+        let h = resolve(
+            &[
+                alloc("ns", "x", "main", "nvidia.com/gpu", G0),
+                alloc("ns", "y", "main", "nvidia.com/gpu", G0),
+            ],
+            &PodDirectory::default(),
+        );
+        assert_eq!(
+            h.per_entity[0],
+            Holding::Shared(vec![
+                holder("ns", "x", Some("main")),
+                holder("ns", "y", Some("main"))
+            ])
+        );
     }
 
     #[test]
@@ -535,6 +551,9 @@ mod tests {
         assert_eq!(split_proportional(90, &[3, 1], 5), (vec![54, 18], 18));
         assert_eq!(split_proportional(10, &[1, 1, 1], 3), (vec![4, 3, 3], 0));
         assert_eq!(split_proportional(50, &[0, 0], 0), (vec![0, 0], 50));
+        // 2/3 and 4/3: the extra unit goes to the larger fraction (0.67), not to the
+        // larger share.
+        assert_eq!(split_proportional(2, &[1, 2], 3), (vec![1, 1], 0));
         assert_eq!(split_owned(1000, &[300, 200]), (vec![300, 200], 500));
         assert_eq!(split_owned(100, &[300, 100]), (vec![75, 25], 0));
     }
@@ -548,6 +567,24 @@ mod tests {
             prop_assert!(shares.iter().all(|s| *s >= 0) && rest >= 0);
             if extra == 0 && weights.iter().any(|w| *w > 0) {
                 prop_assert_eq!(rest, 0);
+            }
+            // Largest remainder: a share rounded up never has a smaller fraction than
+            // one rounded down.
+            if all > 0 && total > 0 {
+                let exact = |w: u64| (total as u128 * u128::from(w), u128::from(all));
+                let up: Vec<bool> = weights
+                    .iter()
+                    .zip(&shares)
+                    .map(|(w, s)| { let (n, d) = exact(*w); *s as u128 > n / d })
+                    .collect();
+                for (i, wi) in weights.iter().enumerate() {
+                    for (j, wj) in weights.iter().enumerate() {
+                        if up[i] && !up[j] {
+                            let ((ni, d), (nj, _)) = (exact(*wi), exact(*wj));
+                            prop_assert!(ni % d >= nj % d, "{:?} for {:?}", shares, weights);
+                        }
+                    }
+                }
             }
             let (owned, rest) = split_owned(total, &weights);
             prop_assert_eq!(owned.iter().sum::<i64>() + rest, total);

@@ -422,11 +422,40 @@ mod tests {
 
     #[test]
     fn read_pod_container_reads_this_process() {
-        // Whatever this test runs in, reading the real /proc must not fail.
+        // The real /proc, for this process and for a child in the same cgroup. The oracle
+        // is the raw text: outside a pod (no `kubepods` in it) the answer is `None`; in a
+        // pod, the UID (in either spelling) and the container ID are in the text.
         let proc_root = Path::new("/proc");
-        if proc_root.join("self").exists() {
-            read_pod_container(proc_root, std::process::id()).expect("read own cgroup");
+        let own_pid = std::process::id();
+        let raw = std::fs::read_to_string(format!("/proc/{own_pid}/cgroup")).expect("own cgroup");
+        let own = read_pod_container(proc_root, own_pid).expect("read own cgroup");
+        match &own {
+            None => assert!(
+                !raw.contains("kubepods"),
+                "a pod cgroup was not recognised: {raw}"
+            ),
+            Some(found) => {
+                let hex_uid = found.pod_uid.replace('-', "");
+                assert!(
+                    raw.contains(&found.pod_uid)
+                        || raw.contains(&found.pod_uid.replace('-', "_"))
+                        || raw.contains(&hex_uid),
+                    "{found:?} not in {raw}"
+                );
+                assert!(raw.contains(&found.container_id), "{found:?} not in {raw}");
+            }
         }
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn a child");
+        let of_child = read_pod_container(proc_root, child.id());
+        child.kill().expect("kill child");
+        child.wait().expect("reap child");
+        assert_eq!(of_child.expect("read child cgroup"), own);
+        // The PID is part of the path: a reaped child's entry is gone.
+        let gone = read_pod_container(proc_root, child.id()).expect_err("reaped child");
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
     }
 
     fn cgroup_soup() -> impl Strategy<Value = String> {

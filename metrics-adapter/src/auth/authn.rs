@@ -351,16 +351,52 @@ mod tests {
 
     #[test]
     fn configmap_lists_must_be_json_arrays() {
-        let mut data = BTreeMap::new();
-        data.insert(
-            "requestheader-client-ca-file".to_string(),
-            "not a pem".to_string(),
-        );
-        let err = FlagSources::default().build(Some(&data)).unwrap_err();
-        assert!(
-            err.to_string().contains("requestheader-client-ca-file"),
-            "{err}"
-        );
+        // A valid CA, so the PEM parse succeeds and the JSON decoding is what is tested.
+        let (ca_pem, _) = ca_and_client("front-proxy-client");
+        let keys = [
+            "requestheader-allowed-names",
+            "requestheader-username-headers",
+            "requestheader-group-headers",
+            "requestheader-extra-headers-prefix",
+            "requestheader-uid-headers",
+        ];
+        let with = |key: &str, value: &str| {
+            let mut data = BTreeMap::new();
+            data.insert("requestheader-client-ca-file".to_string(), ca_pem.clone());
+            data.insert(key.to_string(), value.to_string());
+            data
+        };
+        for key in keys {
+            for bad in ["X-Remote-User", "{\"a\":1}", "[1,2]", "[\"unterminated"] {
+                let err = FlagSources::default()
+                    .build(Some(&with(key, bad)))
+                    .err()
+                    .unwrap_or_else(|| panic!("{key}={bad} was accepted"));
+                let text = err.to_string();
+                assert!(
+                    text.contains(key) && text.contains("not a JSON array of strings"),
+                    "{key}={bad}: {text}"
+                );
+            }
+            // The same ConfigMap with a JSON array is accepted.
+            FlagSources::default()
+                .build(Some(&with(key, "[\"X-Remote-User\"]")))
+                .unwrap_or_else(|e| panic!("{key} as a JSON array: {e}"));
+        }
+        // And what the arrays hold is what the configuration uses.
+        let built = FlagSources::default()
+            .build(Some(&with(
+                "requestheader-allowed-names",
+                "[\"aggregator\",\"b\"]",
+            )))
+            .expect("valid");
+        let config = built.request_header.expect("request-header configured");
+        assert_eq!(config.allowed_names, ["aggregator", "b"]);
+        let built = FlagSources::default()
+            .build(Some(&with("requestheader-username-headers", "[\"X-Who\"]")))
+            .expect("valid");
+        let config = built.request_header.expect("request-header configured");
+        assert_eq!(config.username_headers, [HeaderName::from_static("x-who")]);
     }
 
     /// A CA and a client certificate it issued, as DER.

@@ -253,4 +253,115 @@ mod tests {
         .unwrap();
         assert_eq!(a.values.len(), 2);
     }
+
+    /// Two namespaces with the same labels and workload (pods of the other one named in
+    /// upper case), so every scope must filter by namespace; a pod with data for another
+    /// metric only; one exactly at the staleness limit.
+    fn two_namespaces(now: Instant) -> (Fleet, PodIndex) {
+        let mut fleet = Fleet::default();
+        let mut index = PodIndex {
+            synced: true,
+            up: true,
+            ..PodIndex::default()
+        };
+        let web = Workload {
+            resource: "deployments.apps",
+            name: "web".into(),
+        };
+        for ns in ["ns", "other"] {
+            let named = |n: &str| {
+                if ns == "ns" {
+                    n.to_string()
+                } else {
+                    n.to_uppercase()
+                }
+            };
+            for (name, util, age) in [("a", Some(10.0), 1), ("b", None, 1), ("c", None, 6)] {
+                let name = named(name);
+                let mut v = PodValues::default();
+                v.values.insert(GpuMetric::PowerWatts, 100.0);
+                if let Some(u) = util {
+                    v.values.insert(GpuMetric::Utilization, u);
+                }
+                fleet.pods.insert(
+                    (ns.into(), name),
+                    Observed {
+                        values: v,
+                        at: SystemTime::UNIX_EPOCH,
+                        seen: now - Duration::from_secs(age),
+                    },
+                );
+            }
+            for name in ["a", "b", "c", "d"] {
+                index.pods.insert(
+                    (ns.into(), named(name)),
+                    PodInfo {
+                        labels: [("app".to_string(), "web".to_string())].into(),
+                        workloads: vec![web.clone()],
+                    },
+                );
+            }
+        }
+        (fleet, index)
+    }
+
+    #[test]
+    fn every_scope_stays_in_its_namespace_and_counts_missing_apart_from_stale() {
+        let now = Instant::now() + Duration::from_secs(120);
+        let (fleet, index) = two_namespaces(now);
+        let staleness = Duration::from_secs(6);
+        let sel = Selector::parse("app=web").unwrap();
+        let empty = Selector::parse("").unwrap();
+        let web = Workload {
+            resource: "deployments.apps",
+            name: "web".into(),
+        };
+        let summary = |scope: &Scope<'_>, index: &PodIndex| {
+            let a = pod_values(
+                &fleet,
+                index,
+                "ns",
+                scope,
+                GpuMetric::Utilization,
+                now,
+                staleness,
+            )
+            .unwrap();
+            let names: Vec<String> = a.values.iter().map(|v| v.pod.clone()).collect();
+            (names, a.stale, a.missing)
+        };
+        // `a` has a value; `b` and `c` (exactly at the limit: still fresh) have data for
+        // another metric only; `d` is known to the pod watch but has no data.
+        let all = (vec!["a".to_string()], 0, 3);
+        assert_eq!(summary(&Scope::Selected(&sel), &index), all);
+        assert_eq!(summary(&Scope::Workload(&web), &index), all);
+        assert_eq!(summary(&Scope::Selected(&empty), &index), all);
+        // The namespace object and an unsynced empty selector cover the pods with data.
+        assert_eq!(
+            summary(&Scope::Namespace, &index),
+            (vec!["a".to_string()], 0, 2)
+        );
+        let unsynced = PodIndex::default();
+        assert_eq!(
+            summary(&Scope::Selected(&empty), &unsynced),
+            (vec!["a".to_string()], 0, 2)
+        );
+        assert_eq!(
+            summary(&Scope::Pod("b"), &index),
+            (Vec::<String>::new(), 0, 1)
+        );
+        // One second later `c` is past the limit: stale, not missing.
+        let later = now + Duration::from_secs(1);
+        let a = pod_values(
+            &fleet,
+            &index,
+            "ns",
+            &Scope::Pod("c"),
+            GpuMetric::Utilization,
+            later,
+            staleness,
+        )
+        .unwrap();
+        assert_eq!((a.values.len(), a.stale, a.missing), (0, 1, 0));
+    }
 }

@@ -298,4 +298,76 @@ mod tests {
             assert!(e.message().contains(says), "{says}: {}", e.message());
         }
     }
+
+    #[test]
+    fn each_aggregation_combines_the_pods_values_its_way() {
+        let values = [("web-0", 70.0), ("web-1", 20.0), ("web-2", 45.0)];
+        let reported = state(&["web-0", "web-1", "web-2"], &values);
+        let v: Vec<f64> = values.iter().map(|(_, x)| *x).collect();
+        let sum: f64 = v.iter().sum();
+        for (aggregation, want) in [
+            ("sum", sum),
+            ("average", sum / v.len() as f64),
+            ("max", v.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+            ("min", v.iter().copied().fold(f64::INFINITY, f64::min)),
+        ] {
+            let t = parse_trigger(&meta(&[
+                ("metric", "gpu_utilization"),
+                ("targetValue", "60"),
+                ("activationTargetValue", "5.5"),
+                ("podSelector", "app=web"),
+                ("aggregation", aggregation),
+            ]))
+            .unwrap();
+            assert_eq!(t.activation, 5.5);
+            assert_eq!(
+                evaluate(&reported, "ns", &t).unwrap(),
+                want,
+                "{aggregation}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deployment_is_named_and_never_empty() {
+        let t = parse_trigger(&meta(&[
+            ("metric", "gpu_power_watts"),
+            ("targetValue", "300"),
+            ("deployment", "resnet"),
+        ]))
+        .unwrap();
+        assert_eq!(t.metric, GpuMetric::PowerWatts);
+        assert!(matches!(&t.pods, Pods::Deployment(d) if d == "resnet"));
+        let empty = parse_trigger(&meta(&[
+            ("metric", "gpu_power_watts"),
+            ("targetValue", "300"),
+            ("deployment", ""),
+        ]))
+        .unwrap_err();
+        assert!(empty.to_string().contains("exactly one"), "{empty}");
+        let neither = parse_trigger(&meta(&[
+            ("metric", "gpu_power_watts"),
+            ("targetValue", "300"),
+        ]))
+        .unwrap_err();
+        assert!(neither.to_string().contains("exactly one"), "{neither}");
+    }
+
+    #[test]
+    fn pods_whose_data_is_all_stale_are_an_error() {
+        let t = parse_trigger(&meta(&[
+            ("metric", "gpu_utilization"),
+            ("targetValue", "60"),
+            ("podSelector", "app=web"),
+        ]))
+        .unwrap();
+        let s = state(&["web-0", "web-1"], &[("web-0", 70.0), ("web-1", 10.0)]);
+        let mut fleet = (**s.fleet.load()).clone();
+        for observed in fleet.pods.values_mut() {
+            observed.seen = Instant::now() - s.staleness - std::time::Duration::from_secs(1);
+        }
+        s.fleet.store(std::sync::Arc::new(fleet));
+        let e = evaluate(&s, "ns", &t).unwrap_err();
+        assert!(matches!(e, Error::Stale { pods: 2, .. }), "{e:?}");
+    }
 }

@@ -91,8 +91,21 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     assert_eq!(v["items"][0]["describedObject"]["kind"], "Pod");
     assert_eq!(v["items"][0]["metric"]["name"], "gpu_utilization");
     assert!(v["items"][0]["timestamp"].as_str().unwrap().ends_with('Z'));
-    // HPA: Pods AverageValue target 30 % per pod: usage 72 over 2 pods, r = 1.2 → 3.
-    assert_eq!(hpa_average_value(2, &items(&v), 30_000), 3);
+    // HPA: Pods AverageValue target 30 % per pod, from 2 replicas: the replicas the
+    // HPA formula gives on the adapter's answer are the ones it gives on the exporter's
+    // own per-pod values (usage 72 over 2 pods, r = 1.2: a scale-up).
+    let samples = parse_exposition(&e.metrics());
+    let oracle: Vec<(String, i64)> = exporter_pods(&samples, "inference")
+        .into_iter()
+        .map(|pod| {
+            let value = exporter_pod_value(&samples, "inference", &pod, "gpu_utilization");
+            (pod, to_milli(value))
+        })
+        .collect();
+    let oracle_milli: Vec<i64> = oracle.iter().map(|(_, m)| *m).collect();
+    let scale_up = hpa_average_value(2, &oracle, 30_000);
+    assert!(scale_up > 2, "the target makes the HPA scale up");
+    assert_eq!(hpa_average_value(2, &items(&v), 30_000), scale_up);
     // The classic mistake would be one pre-averaged value with AverageValue: the HPA
     // would divide 36 by the replicas again. Per-pod items keep the formula right.
 
@@ -115,8 +128,14 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     let x = a.ok("/apis/external.metrics.k8s.io/v1beta1/namespaces/inference/gpu_utilization?labelSelector=app%3Dresnet-inference");
     assert_eq!(x["kind"], "ExternalMetricValueList");
     assert_eq!(items(&x).len(), 2);
+    // On target (the exporter's mean): the HPA stays.
+    let on_target = oracle_milli.iter().sum::<i64>() / oracle_milli.len() as i64;
     assert_eq!(
-        hpa_average_value(2, &items(&x), 36_000),
+        hpa_average_value(2, &items(&x), on_target),
+        e2e_tests::hpa::average_value(2, &oracle_milli, on_target),
+    );
+    assert_eq!(
+        hpa_average_value(2, &items(&x), on_target),
         2,
         "on target: stays"
     );
@@ -127,12 +146,21 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     let d = a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization");
     assert_eq!(d["items"][0]["describedObject"]["kind"], "Deployment");
     assert_eq!(items(&d), vec![("resnet".to_string(), 36_000)]);
-    assert_eq!(e2e_tests::hpa::value(2, 2, &[36_000], 30_000), 3);
+    let object: Vec<i64> = items(&d).iter().map(|(_, m)| *m).collect();
+    assert_eq!(
+        e2e_tests::hpa::value(2, 2, &object, 30_000),
+        e2e_tests::hpa::value(2, 2, &[on_target], 30_000),
+    );
     // And a Pods AverageValue target over the same pods gives the same answer.
     let per_pod: Vec<i64> = items(&v).iter().map(|(_, m)| *m).collect();
     assert_eq!(
         e2e_tests::hpa::pods_average_value(2, &per_pod, 0, 30_000),
-        3
+        e2e_tests::hpa::pods_average_value(2, &oracle_milli, 0, 30_000),
+    );
+    assert_eq!(
+        e2e_tests::hpa::pods_average_value(2, &per_pod, 0, 30_000),
+        e2e_tests::hpa::value(2, 2, &object, 30_000),
+        "Pods and Object targets over the same pods agree"
     );
 
     // metrics-api JSON for KEDA's metrics-api trigger: the sum over the Deployment's
@@ -208,11 +236,205 @@ fn stale_data_is_never_served_and_readyz_follows_the_source() {
 }
 
 #[test]
+fn values_survive_a_short_outage_then_age_out() {
+    const STALENESS: Duration = Duration::from_secs(10);
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let mut e = exporter(&node);
+    let a = adapter(&e, &node, &["--max-staleness", "10s"]);
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization";
+    let before = items(&a.ok(path));
+    assert_eq!(before.len(), 2, "{before:?}");
+    let killed_at = std::time::Instant::now();
+    let killed = Command::new("kill")
+        .arg(e.process.pid().to_string())
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    e.process.wait_exit(Duration::from_secs(10));
+    // The adapter has noticed the outage...
+    wait_for("a failed scrape", Duration::from_secs(10), || {
+        a.process
+            .log()
+            .contains("exporter scrape failed")
+            .then_some(())
+    });
+    // ...and still serves the last values while they are younger than the limit.
+    let (status, during) = a.get(path);
+    assert!(
+        killed_at.elapsed() < STALENESS - Duration::from_secs(2),
+        "the outage was noticed too late to test the first half: {:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(status, 200, "{during}");
+    assert_eq!(
+        items(&during),
+        before,
+        "the last values survive a short outage"
+    );
+    // Then they age out: not before the limit (less the last sample's age, at most one
+    // exporter interval and a scrape), and refused from then on.
+    wait_for("aged out", Duration::from_secs(30), || {
+        (a.get(path).0 == 404).then_some(())
+    });
+    let aged_after = killed_at.elapsed();
+    assert!(
+        aged_after >= STALENESS - Duration::from_secs(3),
+        "values aged out after {aged_after:?}, before the {STALENESS:?} limit"
+    );
+    let (status, body) = a.get(path);
+    assert_eq!(status, 404, "{body}");
+    wait_for("not ready", Duration::from_secs(10), || {
+        (get(&format!("{}/readyz", a.base)).0 == 503).then_some(())
+    });
+}
+
+/// One sample of the exporter's text exposition: its name, labels and value.
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+impl Sample {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The samples of a text exposition (label values here carry no escapes).
+fn parse_exposition(body: &str) -> Vec<Sample> {
+    e2e_tests::text_series(body)
+        .into_iter()
+        .map(|(series, value)| {
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let inner = rest.strip_suffix('}').expect("closing brace");
+                    let labels = inner
+                        .split("\",")
+                        .filter(|p| !p.is_empty())
+                        .map(|p| {
+                            let (k, v) = p.split_once("=\"").expect("label pair");
+                            (k.to_string(), v.trim_end_matches('"').to_string())
+                        })
+                        .collect();
+                    (name.to_string(), labels)
+                }
+                None => (series.clone(), Vec::new()),
+            };
+            Sample {
+                name,
+                labels,
+                value,
+            }
+        })
+        .collect()
+}
+
+/// The oracle for the adapter's answers: what the exporter's own exposition says of one
+/// pod's metric, per the adapter's documented definitions (mean of percentages, sum of
+/// bytes and watts over the pod's devices).
+fn exporter_pod_value(samples: &[Sample], namespace: &str, pod: &str, metric: &str) -> f64 {
+    let of_pod = |name: &str| -> Vec<&Sample> {
+        samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && s.label("namespace") == Some(namespace)
+                    && s.label("pod") == Some(pod)
+            })
+            .collect()
+    };
+    let mean = |v: Vec<f64>| {
+        assert!(!v.is_empty(), "{namespace}/{pod} has no {metric}");
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    match metric {
+        "gpu_utilization" => {
+            let util: Vec<f64> = of_pod("DCGM_FI_DEV_GPU_UTIL")
+                .iter()
+                .map(|s| s.value)
+                .collect();
+            if util.is_empty() {
+                mean(
+                    of_pod("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                        .iter()
+                        .map(|s| s.value * 100.0)
+                        .collect(),
+                )
+            } else {
+                mean(util)
+            }
+        }
+        "gpu_power_watts" => of_pod("DCGM_FI_DEV_POWER_USAGE")
+            .iter()
+            .map(|s| s.value)
+            .sum(),
+        "gpu_memory_used_bytes" => of_pod("DCGM_FI_DEV_FB_USED")
+            .iter()
+            .map(|s| s.value * 1_048_576.0)
+            .sum(),
+        "gpu_memory_utilization" => mean(
+            of_pod("DCGM_FI_DEV_FB_USED")
+                .iter()
+                .map(|used| {
+                    let device = (used.label("UUID"), used.label("GPU_I_ID"));
+                    let capacity: f64 = samples
+                        .iter()
+                        .filter(|s| {
+                            (s.name == "DCGM_FI_DEV_FB_USED" || s.name == "DCGM_FI_DEV_FB_FREE")
+                                && (s.label("UUID"), s.label("GPU_I_ID")) == device
+                        })
+                        .map(|s| s.value)
+                        .sum();
+                    used.value / capacity * 100.0
+                })
+                .collect(),
+        ),
+        other => panic!("no oracle for {other}"),
+    }
+}
+
+/// The pods of `namespace` the exporter attributes a GPU to, sorted.
+fn exporter_pods(samples: &[Sample], namespace: &str) -> Vec<String> {
+    let mut pods: Vec<String> = samples
+        .iter()
+        .filter(|s| s.name == "DCGM_FI_DEV_FB_USED" && s.label("namespace") == Some(namespace))
+        .filter_map(|s| s.label("pod").map(str::to_string))
+        .collect();
+    pods.sort();
+    pods.dedup();
+    pods
+}
+
+fn to_milli(value: f64) -> i64 {
+    (value * 1000.0).round() as i64
+}
+
+/// Equal within the quantity's rounding (one milli-unit, or one part in 10^9 of large
+/// byte counts).
+fn assert_items_close(path: &str, got: &[(String, i64)], want: &[(String, i64)]) {
+    assert_eq!(
+        got.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        want.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "{path}"
+    );
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        let slack = 1.max(w.abs() / 1_000_000_000);
+        assert!((g - w).abs() <= slack, "{path}: {name} is {g}m, want {w}m");
+    }
+}
+
+#[test]
 fn kubectl_get_raw_reads_every_way_in() {
     let node = KubeNode::start(SCENARIO, "node-a");
     let e = exporter(&node);
     let a = adapter(&e, &node, &[]);
     a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu_utilization");
+    // Time is frozen in the scenario, so the exporter's snapshot is the adapter's input.
+    let samples = parse_exposition(&e.metrics());
     let dir = scratch_dir("kubectl");
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
@@ -223,15 +445,7 @@ fn kubectl_get_raw_reads_every_way_in() {
         ),
     )
     .expect("kubeconfig");
-    for path in [
-        "/apis/custom.metrics.k8s.io/v1beta2",
-        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization",
-        "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/pods/train-0/gpu_power_watts",
-        "/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/gpu_memory_utilization",
-        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization",
-        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/serve/metrics/gpu_memory_used_bytes",
-        "/metrics-api/namespaces/inference/gpu_utilization?deployment=resnet",
-    ] {
+    let raw = |path: &str| -> Value {
         let out = Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -243,14 +457,88 @@ fn kubectl_get_raw_reads_every_way_in() {
             "kubectl get --raw {path}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let per_pod = |namespace: &str, metric: &str| -> Vec<(String, f64)> {
+        exporter_pods(&samples, namespace)
+            .into_iter()
+            .map(|pod| {
+                let v = exporter_pod_value(&samples, namespace, &pod, metric);
+                (pod, v)
+            })
+            .collect()
+    };
+    let mean =
+        |values: &[(String, f64)]| values.iter().map(|(_, v)| v).sum::<f64>() / values.len() as f64;
+
+    let discovery = raw("/apis/custom.metrics.k8s.io/v1beta2");
+    assert_eq!(discovery["kind"], "APIResourceList");
+    let names: Vec<&str> = discovery["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for metric in [
+        "gpu_utilization",
+        "gpu_memory_used_bytes",
+        "gpu_memory_utilization",
+        "gpu_power_watts",
+        "gpu_tensor_active",
+    ] {
         assert!(
-            !v["items"].as_array().map(Vec::is_empty).unwrap_or(true)
-                || v["kind"] == "APIResourceList"
-                || v["value"].is_number(),
-            "{path}: {v}"
+            names.contains(&format!("pods/{metric}").as_str()),
+            "{names:?}"
         );
     }
+
+    let inference = per_pod("inference", "gpu_utilization");
+    assert_eq!(inference.len(), 2, "both shares attributed: {inference:?}");
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization";
+    let want: Vec<(String, i64)> = inference
+        .iter()
+        .map(|(p, v)| (p.clone(), to_milli(*v)))
+        .collect();
+    assert_items_close(path, &items(&raw(path)), &want);
+
+    let path = "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/pods/train-0/gpu_power_watts";
+    let want = exporter_pod_value(&samples, "ml", "train-0", "gpu_power_watts");
+    assert!(want > 0.0, "train-0 holds a whole GPU and has its power");
+    assert_items_close(
+        path,
+        &items(&raw(path)),
+        &[("train-0".to_string(), to_milli(want))],
+    );
+
+    let path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/gpu_memory_utilization";
+    let want: Vec<(String, i64)> = per_pod("ml", "gpu_memory_utilization")
+        .iter()
+        .map(|(p, v)| (p.clone(), to_milli(*v)))
+        .collect();
+    assert_eq!(want.len(), 2, "train-0 and idx-0: {want:?}");
+    assert_items_close(path, &items(&raw(path)), &want);
+
+    // Objects: the mean over their pods; the Deployment `resnet` owns both shares.
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization";
+    assert_items_close(
+        path,
+        &items(&raw(path)),
+        &[("resnet".to_string(), to_milli(mean(&inference)))],
+    );
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/serve/metrics/gpu_memory_used_bytes";
+    let serve = per_pod("serve", "gpu_memory_used_bytes");
+    assert_eq!(serve.len(), 4, "the four MIG pods: {serve:?}");
+    assert_items_close(
+        path,
+        &items(&raw(path)),
+        &[("serve".to_string(), to_milli(mean(&serve)))],
+    );
+
+    // metrics-api: the sum over the Deployment's pods.
+    let v = raw("/metrics-api/namespaces/inference/gpu_utilization?deployment=resnet");
+    let sum: f64 = inference.iter().map(|(_, v)| v).sum();
+    let got = v["value"].as_f64().expect("value");
+    assert!((got - sum).abs() < 1e-6, "metrics-api {got} vs {sum}");
 }
 
 /// KEDA's side of the external scaler protocol, driven by a gRPC client generated from

@@ -5,7 +5,73 @@
 use e2e_tests::quantity::milli_value;
 use e2e_tests::{Adapter, KubeNode, Prometheus, attributed_exporter, get, wait_for};
 use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// A pass-through proxy in front of Prometheus that records each request's head, so the
+/// test sees what the adapter puts on the wire. One request per connection (it answers
+/// with `Connection: close`).
+struct RecordingProxy {
+    base: String,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl RecordingProxy {
+    fn start(upstream: &str) -> RecordingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let recorded = heads.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let upstream = upstream.clone();
+                let recorded = recorded.clone();
+                std::thread::spawn(move || {
+                    let _ = relay(client, &upstream, &recorded);
+                });
+            }
+        });
+        RecordingProxy { base, heads }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("heads").clone()
+    }
+}
+
+fn relay(
+    mut client: TcpStream,
+    upstream: &str,
+    recorded: &Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if client.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&byte);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    recorded.lock().expect("heads").push(head.clone());
+    // GET requests only: no body to forward. Ask upstream to close, so its answer ends
+    // at EOF.
+    let mut forwarded: Vec<&str> = head
+        .split("\r\n")
+        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect();
+    forwarded.push("Connection: close");
+    let mut server = TcpStream::connect(upstream)?;
+    server.write_all(format!("{}\r\n\r\n", forwarded.join("\r\n")).as_bytes())?;
+    let mut answer = Vec::new();
+    server.read_to_end(&mut answer)?;
+    client.write_all(&answer)?;
+    client.flush()
+}
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
 
@@ -22,11 +88,12 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
             .is_empty())
         .then_some(())
     });
+    let proxy = RecordingProxy::start(&prom.base);
     let adapter = Adapter::start(&[
         "--scrape-interval",
         "500ms",
         "--prometheus-url",
-        &prom.base,
+        &proxy.base,
         "--prometheus-header",
         "X-Scope-OrgID: tenant-a",
         "--kubeconfig",
@@ -79,4 +146,18 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         milli_value(m["items"][0]["value"].as_str().expect("q")).expect("q"),
         40_960 * 1_048_576 * 1000
     );
+    // Every query the adapter sent carried the configured header.
+    let queries: Vec<String> = proxy
+        .heads()
+        .into_iter()
+        .filter(|h| h.starts_with("GET /api/v1/query?"))
+        .collect();
+    assert!(!queries.is_empty(), "the adapter queried through the proxy");
+    for head in &queries {
+        assert!(
+            head.lines()
+                .any(|l| l.eq_ignore_ascii_case("x-scope-orgid: tenant-a")),
+            "no X-Scope-OrgID header in:\n{head}"
+        );
+    }
 }

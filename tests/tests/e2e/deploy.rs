@@ -3,7 +3,7 @@
 //! the JSON schemas in tests/fixtures/crd-schemas for custom resources), the objects
 //! fit together (Services select their pods, bindings name service accounts that exist,
 //! APIServices point at the adapter and trust its certificate, flags name what exists
-//! and are accepted by the binaries), and the KEDA prometheus example's query returns,
+//! and the binaries run with them until ready), and the KEDA prometheus example's query returns,
 //! from a real Prometheus scraping the exporter on a simulated node, the value its
 //! metricType and threshold need.
 
@@ -678,30 +678,210 @@ fn exporter_daemonset_runs_on_gpu_nodes_hardened_and_attributing() {
     }
 }
 
-/// The manifests' flags exist in the binaries (`cargo build --workspace` builds them):
-/// clap rejects an unknown flag or a malformed value before it reaches `--help`.
+/// Where a path the manifests name comes from in the test: a ConfigMap's file, a
+/// generated serving certificate, the simulated node's kubelet socket or `/proc`.
+fn provide_path(
+    objs: &[Value],
+    path: &str,
+    root: &Path,
+    node: &KubeNode,
+    serving: &e2e_tests::pki::Leaf,
+) -> PathBuf {
+    let file_name = Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if path == "/proc" {
+        return node.proc_root().to_path_buf();
+    }
+    if file_name.ends_with(".sock") {
+        // The node's own socket: a socket path must stay short (SUN_LEN).
+        return node.socket().to_path_buf();
+    }
+    let local = root.join(path.trim_start_matches('/'));
+    std::fs::create_dir_all(local.parent().expect("a parent")).expect("mkdir");
+    let content = match file_name {
+        "tls.crt" => serving.cert_pem.clone(),
+        "tls.key" => serving.key_pem.clone(),
+        name => objs
+            .iter()
+            .filter(|o| kind(o) == "ConfigMap")
+            .find_map(|cm| cm["data"][name].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("no ConfigMap provides {path}: the test cannot run it")),
+    };
+    std::fs::write(&local, content).expect("write a mounted file");
+    local
+}
+
+/// The container's arguments with each absolute path moved under `root` (and provided
+/// there), and listening ports made ephemeral on loopback; nothing else changes, so
+/// clap's conflict checks and the binaries' own startup validation see the manifests'
+/// flags.
+fn runnable_args(
+    a: &[String],
+    objs: &[Value],
+    root: &Path,
+    node: &KubeNode,
+    serving: &e2e_tests::pki::Leaf,
+) -> Vec<String> {
+    a.iter()
+        .map(|arg| match arg.split_once('=') {
+            Some((flag, _)) if ["--secure-port", "--grpc-port"].contains(&flag) => {
+                format!("{flag}=0")
+            }
+            Some((flag, _)) if ["--address", "-a"].contains(&flag) => {
+                format!("{flag}=127.0.0.1:0")
+            }
+            Some((flag, value)) if value.starts_with('/') => {
+                let local = provide_path(objs, value, root, node, serving);
+                format!("{flag}={}", local.display())
+            }
+            _ => arg.clone(),
+        })
+        .collect()
+}
+
+/// `SCHEME://HOST:PORT` from the first "listening" log line, in text or JSON format
+/// (the manifests ask for JSON logs).
+fn listening_base(process: &mut e2e_tests::Process, scheme: &str) -> String {
+    let line = process.wait_for_line("listening", Duration::from_secs(60));
+    let address = match serde_json::from_str::<Value>(&line) {
+        Ok(json) => json["fields"]["address"]
+            .as_str()
+            .or(json["address"].as_str())
+            .map(str::to_string),
+        Err(_) => line
+            .split("address=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .map(str::to_string),
+    };
+    let address = address.unwrap_or_else(|| panic!("no address in {line:?}"));
+    format!("{scheme}://{address}")
+}
+
+fn stop(process: &mut e2e_tests::Process, what: &str) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &process.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    assert_eq!(
+        process.wait_exit(Duration::from_secs(20)),
+        Some(0),
+        "{what} did not shut down cleanly:\n{}",
+        process.log()
+    );
+}
+
+/// The binaries run with each overlay's flags, as the manifests give them (clap's
+/// conflict checks and the binaries' startup validation included): the exporter on
+/// simulated GPUs through the fake libnvidia-ml and the simulated node's kubelet and
+/// API, the adapter with a generated serving certificate, finding the exporter through
+/// its Service's EndpointSlice. Each must report ready, then stop cleanly on SIGTERM.
 #[test]
-fn the_binaries_accept_the_manifests_flags() {
+fn the_binaries_run_with_the_manifests_flags_until_ready() {
     for overlay in OVERLAYS {
         let objs = build(&format!("overlays/{overlay}"));
-        for (workload, c, bin) in [
-            (exporter_ds(&objs), "exporter", "gpu-exporter"),
-            (adapter_deploy(&objs), "adapter", "gpu-metrics-adapter"),
-        ] {
-            let a = args(container(workload, c));
-            let out = Command::new(binary(bin))
-                .args(&a)
-                .arg("--help")
-                .env_remove("KUBECONFIG")
-                .env_remove("RUST_LOG")
-                .output()
-                .expect("run the binary");
-            assert!(
-                out.status.success(),
-                "{overlay}: {bin} rejects {a:?}:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        let node = KubeNode::start(SCENARIO, "node-a");
+        let root = scratch_dir(&format!("manifest-run-{overlay}"));
+        let ca = e2e_tests::pki::Ca::new("manifests-test-ca");
+        let serving = ca.server(&["localhost", "127.0.0.1"]);
+        let kubeconfig = node.kubeconfig().display().to_string();
+
+        let ds = exporter_ds(&objs);
+        let exporter_args = runnable_args(
+            &args(container(ds, "exporter")),
+            &objs,
+            &root,
+            &node,
+            &serving,
+        );
+        let has_address = exporter_args
+            .iter()
+            .any(|a| a.starts_with("--address") || a.starts_with("-a"));
+        // The real library name resolves to the fake one; the manifests carry no
+        // library flag.
+        let lib = root.join("lib");
+        std::fs::create_dir_all(&lib).expect("mkdir lib");
+        std::os::unix::fs::symlink(e2e_tests::fake_nvml(), lib.join("libnvidia-ml.so.1"))
+            .expect("link libnvidia-ml.so.1");
+        let mut cmd = Command::new(binary("gpu-exporter"));
+        cmd.current_dir(workspace())
+            .args(&exporter_args)
+            .args(if has_address {
+                vec![]
+            } else {
+                vec!["--address=127.0.0.1:0"]
+            })
+            .env("LD_LIBRARY_PATH", &lib)
+            .env("GPU_SIM_SCENARIO", SCENARIO)
+            .env("NODE_NAME", "node-a")
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("RUST_LOG");
+        let mut exporter = e2e_tests::Process::spawn(cmd);
+        let exporter_base = listening_base(&mut exporter, "http");
+        let ready = try_wait_for(Duration::from_secs(60), || {
+            (e2e_tests::get(&format!("{exporter_base}/readyz")).0 == 200).then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "{overlay}: the exporter with {exporter_args:?} never became ready:\n{}",
+            exporter.log()
+        );
+
+        // The adapter finds the exporter through the Service its flags name.
+        let adapter_args = runnable_args(
+            &args(container(adapter_deploy(&objs), "adapter")),
+            &objs,
+            &root,
+            &node,
+            &serving,
+        );
+        let service = flag(&adapter_args, "--exporter-service")
+            .unwrap_or("gpu-monitoring/gpu-exporter")
+            .to_string();
+        let (namespace, name) = service.split_once('/').expect("namespace/name");
+        let port_name = flag(&adapter_args, "--exporter-port-name").unwrap_or("metrics");
+        let port: i32 = exporter_base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("exporter port");
+        node.api().apply_endpoint_slice(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": format!("{name}-manifests"),
+                    "namespace": namespace,
+                    "labels": {"kubernetes.io/service-name": name},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+            }))
+            .expect("EndpointSlice"),
+        );
+        let mut cmd = Command::new(binary("gpu-metrics-adapter"));
+        cmd.current_dir(workspace())
+            .args(&adapter_args)
+            .arg("--bind-address=127.0.0.1")
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("RUST_LOG");
+        let mut adapter = e2e_tests::Process::spawn(cmd);
+        let adapter_base = listening_base(&mut adapter, "https");
+        let client = e2e_tests::https::HttpsClient::new(&ca.pem(), None);
+        let ready = try_wait_for(Duration::from_secs(60), || {
+            (client.get(&format!("{adapter_base}/readyz"), &[]).ok()?.0 == 200).then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "{overlay}: the adapter with {adapter_args:?} never became ready:\n{}",
+            adapter.log()
+        );
+        stop(&mut adapter, "the adapter");
+        stop(&mut exporter, "the exporter");
     }
 }
 

@@ -2,10 +2,16 @@
 //! frozen clock; `/metrics` in both formats must equal the checked-in files byte for
 //! byte, except the few self-metrics that measure time. `UPDATE_GOLDEN=1` rewrites them.
 //! A second test checks the same output against values computed from the scenario, so
-//! the golden files cannot silently bless a wrong number.
+//! the golden files cannot silently bless a wrong number; a third gives the checked-in
+//! files themselves to promtool and to Prometheus' Python client parser (code
+//! independent of this workspace) and compares what it reads with the gpu-sim model.
 
-use e2e_tests::{Exporter, fixture, get_bytes_with, get_with, gunzip, series_values};
+use e2e_tests::{
+    Exporter, assert_promtool_accepts_dcgm_exposition, fixture, get_bytes_with, get_with, gunzip,
+    series_values,
+};
 use gpu_sim::{Scenario, SimNode};
+use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
 
 /// Self-metrics whose values depend on timing, not on the scenario.
@@ -248,4 +254,188 @@ fn exported_values_are_the_scenarios_values() {
     .iter()
     .sum();
     assert_eq!(shares, util0);
+}
+
+/// A golden file with its `<volatile>` placeholders set to 0 (a valid value for every
+/// one of them: an all-zero histogram is consistent).
+fn golden_with_values(name: &str) -> String {
+    std::fs::read_to_string(fixture(name))
+        .expect("golden file")
+        .replace(" <volatile>", " 0")
+}
+
+/// One sample as an independent parser read it.
+#[derive(Debug)]
+struct ParsedSample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Samples of `text` as prometheus_client's parser reads them (`openmetrics`: its strict
+/// OpenMetrics parser; else its text-format parser). It rejects malformed input.
+fn parse_with_prometheus_client(text: &str, openmetrics: bool) -> Vec<ParsedSample> {
+    const SCRIPT: &str = r#"
+import json, sys
+if sys.argv[1] == "openmetrics":
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+else:
+    from prometheus_client.parser import text_string_to_metric_families
+out = []
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        out.append([s.name, s.labels, repr(float(s.value))])
+json.dump(out, sys.stdout)
+"#;
+    use std::io::Write;
+    let mut child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            SCRIPT,
+            if openmetrics { "openmetrics" } else { "text" },
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (tests/setup.sh installs prometheus-client)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to the parser");
+    let out = child.wait_with_output().expect("parser output");
+    assert!(
+        out.status.success(),
+        "prometheus_client rejects the file: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(String, BTreeMap<String, String>, String)> =
+        serde_json::from_slice(&out.stdout).expect("parser JSON");
+    rows.into_iter()
+        .map(|(name, labels, value)| ParsedSample {
+            name,
+            labels,
+            value: match value.as_str() {
+                "inf" => f64::INFINITY,
+                "-inf" => f64::NEG_INFINITY,
+                "nan" => f64::NAN,
+                v => v.parse().expect("float"),
+            },
+        })
+        .collect()
+}
+
+fn parsed_values(samples: &[ParsedSample], name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    let want_mig = labels.iter().any(|(k, _)| *k == "GPU_I_ID");
+    samples
+        .iter()
+        // The parser names a counter's sample `<name>_total` whether or not the file does.
+        .filter(|s| s.name == name || s.name.strip_suffix("_total") == Some(name))
+        .filter(|s| {
+            labels
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .filter(|s| want_mig || !s.labels.contains_key("GPU_I_ID"))
+        .map(|s| s.value)
+        .collect()
+}
+
+fn close(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= 1e-6 * y.abs().max(1.0))
+}
+
+#[test]
+fn the_golden_files_parse_independently_and_carry_the_scenarios_values() {
+    let scenario = Scenario::load(&fixture("golden-node.toml")).expect("scenario");
+    let node = SimNode::new(&scenario, UNIX_EPOCH);
+    let t = scenario.clock.frozen_at_s.expect("a frozen clock");
+    for (name, openmetrics) in [("golden.prom", false), ("golden.openmetrics", true)] {
+        let text = golden_with_values(name);
+        // promtool reads the Prometheus text format only (OpenMetrics' `_total` samples
+        // read as families without help); the OpenMetrics file goes to the strict
+        // OpenMetrics parser below.
+        if !openmetrics {
+            assert_promtool_accepts_dcgm_exposition(&text);
+        }
+        let samples = parse_with_prometheus_client(&text, openmetrics);
+        // Every sample line was read (OpenMetrics adds `_created` samples of its own).
+        let lines = text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .count();
+        assert_eq!(
+            samples
+                .iter()
+                .filter(|s| !s.name.ends_with("_created"))
+                .count(),
+            lines,
+            "{name}: samples read"
+        );
+        for gpu in 0..4u32 {
+            let g = gpu.to_string();
+            let labels = [("gpu", g.as_str())];
+            let r = node.gpu_reading(gpu, t);
+            let expect = |metric: &str, want: Vec<f64>| {
+                let got = parsed_values(&samples, metric, &labels);
+                assert!(
+                    close(&got, &want),
+                    "{name}: {metric} of GPU {gpu}: {got:?} vs {want:?}"
+                );
+            };
+            expect(
+                "DCGM_FI_DEV_POWER_USAGE",
+                vec![f64::from(r.power_mw) / 1000.0],
+            );
+            expect(
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                vec![r.energy_mj as f64],
+            );
+            expect("DCGM_FI_DEV_FB_USED", vec![(r.memory.used >> 20) as f64]);
+            expect("DCGM_FI_DEV_GPU_TEMP", vec![f64::from(r.gpu_temp_c)]);
+            expect("DCGM_FI_DEV_SM_CLOCK", vec![f64::from(r.sm_clock_mhz)]);
+            expect(
+                "DCGM_FI_DEV_GPU_UTIL",
+                r.gpu_util_percent.map(f64::from).into_iter().collect(),
+            );
+            expect(
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                r.gpm.map(|m| m.graphics_util / 100.0).into_iter().collect(),
+            );
+        }
+        for (m, mig) in node.gpus[2].mig.iter().enumerate() {
+            let gi = mig.gpu_instance_id.to_string();
+            let labels = [("gpu", "2"), ("GPU_I_ID", gi.as_str())];
+            let r = node.mig_reading(2, m, t);
+            let got = parsed_values(&samples, "DCGM_FI_DEV_FB_USED", &labels);
+            assert!(
+                close(&got, &[(r.memory.used >> 20) as f64]),
+                "{name}: memory of MIG 2/{gi}: {got:?}"
+            );
+        }
+        // The XID counters: as often as the scenario raises each XID by time t.
+        let mut xids: BTreeMap<(u32, Option<u32>, u64), f64> = BTreeMap::new();
+        for x in node.xids_between(f64::NEG_INFINITY, t) {
+            *xids.entry((x.gpu, x.gpu_instance, x.code)).or_default() += 1.0;
+        }
+        assert!(!xids.is_empty(), "the golden scenario raises XIDs");
+        for ((gpu, instance, code), count) in xids {
+            let (g, c) = (gpu.to_string(), code.to_string());
+            let i = instance.map(|i| i.to_string());
+            let mut labels = vec![("gpu", g.as_str()), ("xid", c.as_str())];
+            if let Some(i) = &i {
+                labels.push(("GPU_I_ID", i.as_str()));
+            }
+            assert_eq!(
+                parsed_values(&samples, "gpu_exporter_xid_errors_total", &labels),
+                vec![count],
+                "{name}: XID {code} on GPU {gpu}/{instance:?}"
+            );
+        }
+    }
 }

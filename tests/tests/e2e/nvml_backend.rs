@@ -136,8 +136,43 @@ fn gpm_less_gpus_match_the_simulation_and_have_no_profiling_series() {
     assert!(!body.contains("gpu_exporter_field_errors_total"), "{body}");
 }
 
+/// From the scenario: how many times each (gpu, GPU instance, code) XID happens, and
+/// each GPU's last XID code.
+type XidCounts = std::collections::BTreeMap<(u32, Option<u32>, u64), f64>;
+
+fn scenario_xids(path: &str) -> (XidCounts, std::collections::BTreeMap<u32, u64>) {
+    let scenario = gpu_sim::Scenario::load(&e2e_tests::workspace().join(path)).expect("scenario");
+    let mut xids: Vec<(f64, u32, Option<u32>, u64)> = scenario
+        .faults
+        .iter()
+        .filter_map(|f| match *f {
+            gpu_sim::Fault::Xid {
+                at_s,
+                gpu,
+                code,
+                gpu_instance,
+            } => Some((at_s, gpu, gpu_instance, code)),
+            _ => None,
+        })
+        .collect();
+    xids.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut counts = XidCounts::new();
+    let mut last = std::collections::BTreeMap::new();
+    for (_, gpu, instance, code) in xids {
+        *counts.entry((gpu, instance, code)).or_default() += 1.0;
+        last.insert(gpu, code);
+    }
+    (counts, last)
+}
+
 #[test]
 fn xids_are_counted_once_and_a_lost_gpu_leaves_the_others_flowing() {
+    const SCENARIO: &str = "tests/fixtures/events-and-loss.toml";
+    let (expected, last_code) = scenario_xids(SCENARIO);
+    assert!(
+        expected.values().any(|&n| n > 1.0),
+        "the scenario repeats an XID, so a counter stuck at 1 fails"
+    );
     let e = Exporter::start(
         &[
             "--nvml-lib",
@@ -145,57 +180,56 @@ fn xids_are_counted_once_and_a_lost_gpu_leaves_the_others_flowing() {
             "-c",
             "200",
         ],
-        &[("GPU_SIM_SCENARIO", "tests/fixtures/events-and-loss.toml")],
+        &[("GPU_SIM_SCENARIO", SCENARIO)],
     );
-    let xid = |body: &str| {
-        (
-            series_values(
-                body,
-                "gpu_exporter_xid_errors_total",
-                &[("gpu", "0"), ("xid", "48")],
-            ),
-            series_values(
-                body,
-                "gpu_exporter_xid_errors_total",
-                &[("gpu", "1"), ("GPU_I_ID", "2"), ("xid", "94")],
-            ),
-        )
+    let counted = |body: &str| -> XidCounts {
+        expected
+            .keys()
+            .filter_map(|&(gpu, instance, code)| {
+                let gpu_label = gpu.to_string();
+                let instance_label = instance.map(|i| i.to_string());
+                let code_label = code.to_string();
+                let mut labels = vec![("gpu", gpu_label.as_str()), ("xid", code_label.as_str())];
+                if let Some(i) = &instance_label {
+                    labels.push(("GPU_I_ID", i.as_str()));
+                }
+                match series_values(body, "gpu_exporter_xid_errors_total", &labels)[..] {
+                    [value] => Some(((gpu, instance, code), value)),
+                    _ => None,
+                }
+            })
+            .collect()
     };
     let seen_at = wait_for(
-        "both XIDs and the lost GPU",
+        "every XID and the lost GPU",
         Duration::from_secs(20),
         || {
             let body = e.metrics();
             let lost = series_values(&body, "gpu_exporter_gpu_up", &[("gpu", "2")]) == vec![0.0];
-            (xid(&body) == (vec![1.0], vec![1.0]) && lost)
+            (counted(&body) == expected && lost)
                 .then(|| sample_value(&body, "gpu_exporter_samples_total"))
         },
     )
     .expect("samples counter");
-    // Several cycles later each XID is still counted once.
+    // Several cycles later each XID is still counted as often as it happened.
     let later = wait_for("five more cycles", Duration::from_secs(20), || {
         let body = e.metrics();
         (sample_value(&body, "gpu_exporter_samples_total")? >= seen_at + 5.0).then_some(body)
     });
-    assert_eq!(xid(&later), (vec![1.0], vec![1.0]));
-    assert_eq!(
-        series_values(
-            &later,
-            "DCGM_FI_DEV_XID_ERRORS",
-            &[("gpu", "0"), ("err_code", "48")]
-        ),
-        vec![48.0]
-    );
-    // The MIG instance's XID shows on its parent GPU's gauge, as dcgm-exporter maps it;
-    // the counter above keeps the instance.
-    assert_eq!(
-        series_values(
-            &later,
-            "DCGM_FI_DEV_XID_ERRORS",
-            &[("gpu", "1"), ("err_code", "94")]
-        ),
-        vec![94.0]
-    );
+    assert_eq!(counted(&later), expected);
+    // The gauge carries each GPU's last XID code; a MIG instance's XID shows on its
+    // parent GPU's gauge, as dcgm-exporter maps it, while the counter keeps the instance.
+    for (gpu, code) in &last_code {
+        assert_eq!(
+            series_values(
+                &later,
+                "DCGM_FI_DEV_XID_ERRORS",
+                &[("gpu", &gpu.to_string()), ("err_code", &code.to_string())]
+            ),
+            vec![*code as f64],
+            "GPU {gpu}"
+        );
+    }
     // The other GPUs keep flowing; the lost one has no series but its health.
     assert_eq!(
         series_values(&later, "DCGM_FI_DEV_POWER_USAGE", &[("gpu", "0")]).len(),

@@ -6,40 +6,12 @@
 //! exactly those; the test allows them only where a dcgm name causes them, and no
 //! other finding at all.
 
-use e2e_tests::{Exporter, promtool_check_metrics};
-
-const LABEL_CASE: &str = " label names should be written in 'snake_case' not 'camelCase'";
-const COUNTER_TOTAL: &str = " counter metrics should have \"_total\" suffix";
-/// dcgm's `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` names its type.
-const NAMES_TYPE: &str = " metric name should not include type 'counter'";
+use e2e_tests::{Exporter, assert_promtool_accepts_dcgm_exposition, promtool_check_metrics};
 
 fn check(args: &[&str]) {
     let exporter = Exporter::start(args, &[]);
     let body = exporter.metrics_after_samples(2);
-    let (code, findings) = promtool_check_metrics(&body);
-    assert!(
-        code == 0 || code == 3,
-        "promtool failed to parse (exit {code}):\n{findings}"
-    );
-    for f in findings.lines().filter(|l| !l.trim().is_empty()) {
-        if let Some(metric) = f.strip_suffix(LABEL_CASE) {
-            // Only series that carry dcgm's identity labels may trip the case lint.
-            let carries_dcgm_labels = body.lines().any(|l| {
-                l.starts_with(metric) && l.contains("UUID=\"") && l.contains("modelName=\"")
-            });
-            assert!(carries_dcgm_labels, "unexpected label-case finding: {f}");
-        } else if let Some(metric) = f
-            .strip_suffix(COUNTER_TOTAL)
-            .or_else(|| f.strip_suffix(NAMES_TYPE))
-        {
-            assert!(
-                metric.starts_with("DCGM_"),
-                "our own metric breaks a naming rule: {f}"
-            );
-        } else {
-            panic!("unexpected promtool finding: {f}\nall findings:\n{findings}");
-        }
-    }
+    assert_promtool_accepts_dcgm_exposition(&body);
 
     // Our own families without dcgm labels must be spotless.
     let own: String = body

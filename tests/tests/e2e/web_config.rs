@@ -658,3 +658,238 @@ fn the_metrics_adapter_scrapes_a_tls_and_basic_auth_exporter() {
         .wait_for_line("HTTP 401", Duration::from_secs(30));
     assert_eq!(wrong.get("/readyz").0, 503, "no exporter answered it");
 }
+
+/// One plain-HTTP/1.1 `GET path` from the local address `from` (any 127.0.0.0/8 address
+/// reaches the exporter on 127.0.0.1, so each one is a different client to it): the
+/// status and the `Retry-After` header.
+async fn get_from(
+    from: std::net::Ipv4Addr,
+    to: std::net::SocketAddr,
+    path: &str,
+    authorization: &str,
+) -> std::io::Result<(u16, Option<u64>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((from, 0).into())?;
+    let mut stream = socket.connect(to).await?;
+    stream
+        .write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: {to}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))?;
+    let retry_after = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("retry-after")
+            .then(|| value.trim().parse().ok())
+            .flatten()
+    });
+    Ok((status, retry_after))
+}
+
+/// The bcrypt flood of issue 20: 256 clients, each from its own address, send random
+/// passwords while Prometheus keeps scraping with the right one. The scraper is answered
+/// 200 within its scrape timeout throughout; each flooding client is limited (429 with
+/// `Retry-After`) after its allowance of failures; and a limited client with the right
+/// password gets in once its `Retry-After` has passed.
+#[test]
+fn a_wrong_password_flood_neither_starves_the_scraper_nor_goes_unlimited() {
+    const CLIENTS: u8 = 255; // 127.0.1.1 ..= 127.0.1.255, plus 127.0.2.1 below: 256.
+    const GUESSES: usize = 16;
+    const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+    const ALLOWED_FAILURES: usize = 10;
+    let dir = scratch_dir("bcrypt-flood");
+    // Cost 6: each wrong guess costs the exporter real bcrypt work (tens of ms in a
+    // debug build), so the shared queue does fill.
+    let hash = bcrypt::hash("scrape-secret", 6).expect("hash");
+    let other_hash = bcrypt::hash("other-secret", 6).expect("hash");
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        format!("basic_auth_users:\n  prometheus: '{hash}'\n  other: '{other_hash}'\n"),
+    )
+    .expect("web");
+    let e = Exporter::start(
+        &[
+            "--simulate=builtin:default",
+            "-c",
+            "500",
+            "--web-config-file",
+            web.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    let to: std::net::SocketAddr = e
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("exporter address");
+    let right = basic("prometheus", "scrape-secret");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let local = std::net::Ipv4Addr::LOCALHOST;
+        // Prometheus verifies its password once before the flood.
+        assert_eq!(
+            get_from(local, to, "/metrics", &right)
+                .await
+                .expect("scrape")
+                .0,
+            200
+        );
+        let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let scraper = {
+            let (flooding, right) = (flooding.clone(), right.clone());
+            tokio::spawn(async move {
+                let mut scrapes = Vec::new();
+                while flooding.load(std::sync::atomic::Ordering::Acquire) {
+                    let started = Instant::now();
+                    let answer = tokio::time::timeout(
+                        SCRAPE_TIMEOUT,
+                        get_from(local, to, "/metrics", &right),
+                    )
+                    .await;
+                    scrapes.push((started.elapsed(), answer));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                scrapes
+            })
+        };
+        let flood_started = Instant::now();
+        let floods: Vec<_> = (1..=CLIENTS)
+            .map(|host| {
+                tokio::spawn(async move {
+                    let from = std::net::Ipv4Addr::new(127, 0, 1, host);
+                    let mut answers = Vec::new();
+                    for guess in 0..GUESSES {
+                        let wrong = basic(
+                            "prometheus",
+                            &format!("guess-{host}-{guess}-{}", rand_suffix()),
+                        );
+                        answers.push(
+                            get_from(from, to, "/metrics", &wrong)
+                                .await
+                                .expect("answer"),
+                        );
+                    }
+                    answers
+                })
+            })
+            .collect();
+        let mut per_client = Vec::new();
+        for f in floods {
+            per_client.push(f.await.expect("flooding client"));
+        }
+        let flood_time = flood_started.elapsed();
+        flooding.store(false, std::sync::atomic::Ordering::Release);
+        let scrapes = scraper.await.expect("scraper");
+        assert!(!scrapes.is_empty());
+        for (took, answer) in &scrapes {
+            let status = answer
+                .as_ref()
+                .unwrap_or_else(|_| panic!("a scrape timed out during the flood"))
+                .as_ref()
+                .expect("scrape answer")
+                .0;
+            assert_eq!(status, 200, "scrape during the flood, after {took:?}");
+            assert!(*took < SCRAPE_TIMEOUT);
+        }
+        // Failed checks each client got: its allowance, plus what grew back meanwhile
+        // (one per 6 s).
+        let grown_back = (flood_time.as_secs() / 6) as usize + 1;
+        for (i, answers) in per_client.iter().enumerate() {
+            let failures = answers.iter().filter(|(s, _)| *s == 401).count();
+            assert!(
+                failures <= ALLOWED_FAILURES + grown_back,
+                "client {i} had {failures} password checks in {flood_time:?}"
+            );
+            assert!(
+                answers.iter().all(|(s, _)| *s == 401 || *s == 429),
+                "client {i}: {answers:?}"
+            );
+            assert!(
+                answers
+                    .iter()
+                    .filter(|(s, _)| *s == 429)
+                    .all(|(_, retry)| retry.is_some_and(|r| r >= 1)),
+                "429 without Retry-After for client {i}: {answers:?}"
+            );
+        }
+        let limited = per_client
+            .iter()
+            .filter(|a| a.iter().any(|(s, _)| *s == 429))
+            .count();
+        assert_eq!(
+            limited,
+            per_client.len(),
+            "every flooding client was turned away"
+        );
+
+        // A client that used up its allowance: turned away even with a right password
+        // that has not been verified yet (Prometheus's is, and would pass), and let in
+        // once its Retry-After has passed.
+        let right = basic("other", "other-secret");
+        let from = std::net::Ipv4Addr::new(127, 0, 2, 1);
+        let mut retry_after = None;
+        for guess in 0..=ALLOWED_FAILURES {
+            let wrong = basic("prometheus", &format!("last-{guess}"));
+            let (status, retry) = get_from(from, to, "/metrics", &wrong)
+                .await
+                .expect("answer");
+            if status == 429 && retry.is_some() {
+                retry_after = retry;
+                break;
+            }
+        }
+        let retry_after = retry_after.expect("limited after its allowance");
+        let limited_at = Instant::now();
+        let (status, _) = get_from(from, to, "/metrics", &right)
+            .await
+            .expect("answer");
+        assert_eq!(status, 429, "still limited before Retry-After");
+        let deadline = limited_at + Duration::from_secs(retry_after + 5);
+        loop {
+            let (status, _) = get_from(from, to, "/metrics", &right)
+                .await
+                .expect("answer");
+            if status == 200 {
+                assert!(
+                    limited_at.elapsed() + Duration::from_secs(1)
+                        >= Duration::from_secs(retry_after),
+                    "let in before Retry-After"
+                );
+                break;
+            }
+            assert_eq!(status, 429);
+            assert!(Instant::now() < deadline, "the right password never got in");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+}
+
+/// Random enough to defeat any caching of wrong passwords.
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish()
+}
