@@ -60,7 +60,7 @@ struct QueryData {
 }
 
 #[derive(Debug, Deserialize)]
-struct VectorSample {
+pub(crate) struct VectorSample {
     metric: HashMap<String, String>,
     /// `[evaluation time, "value"]`.
     value: (f64, String),
@@ -99,8 +99,15 @@ async fn instant_query(
         req = req.header(axum::http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
     let answer = super::http_client::get(client, req, MAX_BODY_BYTES, opts.timeout).await?;
-    let status = answer.status;
-    let parsed: QueryResponse = serde_json::from_slice(&answer.body)
+    decode_answer(answer.status, &answer.body)
+}
+
+/// The vector of an instant-query answer (`status` is the HTTP status, for messages).
+pub(crate) fn decode_answer(
+    status: impl std::fmt::Display,
+    body: &[u8],
+) -> Result<Vec<VectorSample>, Error> {
+    let parsed: QueryResponse = serde_json::from_slice(body)
         .map_err(|e| Error::Decode(format!("HTTP {status}: not a Prometheus API answer ({e})")))?;
     if parsed.status != "success" {
         return Err(Error::Scrape(format!(
@@ -180,19 +187,41 @@ async fn round(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
+    assemble(answers, now_unix, opts.staleness)
+}
+
+/// Per family: its name, the answer to its query and the answer to `timestamp()` of it.
+pub(crate) type FamilyAnswers = (
+    &'static str,
+    Result<Vec<VectorSample>, Error>,
+    Result<Vec<VectorSample>, Error>,
+);
+
+/// One round's answers, as of `now_unix`, into the fleet.
+pub(crate) fn assemble(
+    answers: Vec<FamilyAnswers>,
+    now_unix: f64,
+    staleness: Duration,
+) -> Result<Fleet, Error> {
     let mut series = Vec::new();
     // Per pod: the oldest sample time among its series.
     let mut oldest: HashMap<(String, String), f64> = HashMap::new();
     for (family, values, stamps) in answers {
         let stamps: HashMap<Vec<(String, String)>, f64> = stamps?
             .into_iter()
-            .filter_map(|s| Some((identity(&s.metric), s.value.1.parse::<f64>().ok()?)))
+            .filter_map(|s| {
+                let at = s.value.1.parse::<f64>().ok().filter(|t| t.is_finite())?;
+                Some((identity(&s.metric), at))
+            })
             .collect();
         for s in values? {
-            let Some(at) = stamps.get(&identity(&s.metric)).copied() else {
+            // A scrape time in the future (clock skew, or a garbage answer such as
+            // `+Inf` or `1e300`) counts as now: no sample is fresher than the answer,
+            // and such times do not fit a SystemTime (they panicked the source).
+            let Some(at) = stamps.get(&identity(&s.metric)).map(|at| at.min(now_unix)) else {
                 continue;
             };
-            if now_unix - at > opts.staleness.as_secs_f64() {
+            if now_unix - at > staleness.as_secs_f64() {
                 continue;
             }
             let Ok(value) = s.value.1.parse::<f64>() else {
@@ -306,6 +335,38 @@ mod tests {
                 ("pod".to_string(), "resnet-0".to_string()),
             ]
         );
+    }
+
+    /// Found by the `prometheus_json` fuzz target: a `timestamp()` answer of `+Inf` or
+    /// `1e300` panicked the round (`Duration::from_secs_f64`), which ended the source.
+    #[test]
+    fn scrape_times_past_now_or_not_finite_do_not_panic_and_count_as_now() {
+        let answer = |value: &str| {
+            format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"__name__":"DCGM_FI_DEV_GPU_UTIL","UUID":"GPU-1","namespace":"ml","pod":"train-0"}},"value":[1795620455.754,"{value}"]}}]}}}}"#
+            )
+        };
+        let now_unix = 1_795_620_500.0;
+        let values = answer("80");
+        for stamp in ["+Inf", "1e300", "2e19", "1795620600", "NaN"] {
+            let stamps = answer(stamp);
+            let round = vec![(
+                "DCGM_FI_DEV_GPU_UTIL",
+                decode_answer(200, values.as_bytes()),
+                decode_answer(200, stamps.as_bytes()),
+            )];
+            let fleet = assemble(round, now_unix, Duration::from_secs(60)).unwrap();
+            let pod = ("ml".to_string(), "train-0".to_string());
+            match fleet.pods.get(&pod) {
+                // A time that is not a finite number joins nothing: the sample is
+                // left out.
+                None => assert!(["+Inf", "NaN"].contains(&stamp), "{stamp}"),
+                Some(observed) => {
+                    let at = observed.at.duration_since(UNIX_EPOCH).unwrap();
+                    assert_eq!(at.as_secs_f64(), now_unix, "{stamp}");
+                }
+            }
+        }
     }
 
     #[test]
