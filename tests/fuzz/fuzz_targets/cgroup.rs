@@ -9,18 +9,19 @@ use gpu_exporter::attribution::cgroup::{PodContainer, parse_cgroup_path, parse_p
 use libfuzzer_sys::fuzz_target;
 
 fn lower_hex(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn check(found: &PodContainer, text: &str) {
     let uid = &found.pod_uid;
     let uuid = uid.len() == 36
-        && uid
-            .split('-')
-            .map(str::len)
-            .eq([8, 4, 4, 4, 12])
+        && uid.split('-').map(str::len).eq([8, 4, 4, 4, 12])
         && lower_hex(&uid.replace('-', ""));
-    assert!(uuid || (uid.len() == 32 && lower_hex(uid)), "pod UID {uid:?}");
+    assert!(
+        uuid || (uid.len() == 32 && lower_hex(uid)),
+        "pod UID {uid:?}"
+    );
     let id = &found.container_id;
     assert!(id.len() == 64 && lower_hex(id), "container ID {id:?}");
     let folded = text.to_ascii_lowercase().replace('_', "-");

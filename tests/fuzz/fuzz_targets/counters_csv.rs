@@ -10,12 +10,19 @@ fuzz_target!(|text: &str| {
     match gpu_exporter::counters::plan(text, "fuzz.csv") {
         Ok((plan, warnings)) => {
             for w in &warnings {
-                assert!((1..=lines).contains(&w.line), "warning on line {} of {lines}", w.line);
+                assert!(
+                    (1..=lines).contains(&w.line),
+                    "warning on line {} of {lines}",
+                    w.line
+                );
             }
             let _ = plan.quantities();
         }
         Err(Error::Counters { line, .. }) => {
-            assert!((1..=lines).contains(&line), "error on line {line} of {lines}");
+            assert!(
+                (1..=lines).contains(&line),
+                "error on line {line} of {lines}"
+            );
         }
         // A file with no metric at all, and the like: not about a line.
         Err(_) => {}

@@ -19,7 +19,13 @@ fuzz_target!(|text: &str| {
     // Upper-casing the hex digits (not the prefixes) names the same device.
     let upper: String = canonical
         .char_indices()
-        .map(|(i, c)| if i >= 4 && c.is_ascii_hexdigit() && !canonical.starts_with("nvidia") { c.to_ascii_uppercase() } else { c })
+        .map(|(i, c)| {
+            if i >= 4 && c.is_ascii_hexdigit() && !canonical.starts_with("nvidia") {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
         .collect();
     if let Ok(other) = upper.parse::<DeviceId>() {
         assert_eq!(other, id, "{canonical:?} vs {upper:?}");

@@ -27,7 +27,10 @@ fuzz_target!(|text: &str| {
         }
         Err(_) => {
             if let Ok(d) = parsed {
-                assert!(!FLAG_RANGE.contains(&d) || text.trim() != text, "{text:?} = {d:?} refused");
+                assert!(
+                    !FLAG_RANGE.contains(&d) || text.trim() != text,
+                    "{text:?} = {d:?} refused"
+                );
             }
         }
     }

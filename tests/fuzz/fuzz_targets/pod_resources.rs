@@ -70,7 +70,12 @@ fuzz_target!(|data: &[u8]| {
     let (allocated, _unparsed) = allocations(&response, &extra);
     for pair in allocated.windows(2) {
         let key = |a: &gpu_exporter::attribution::kubelet::Allocation| {
-            (a.namespace.clone(), a.pod.clone(), a.container.clone(), a.resource.clone())
+            (
+                a.namespace.clone(),
+                a.pod.clone(),
+                a.container.clone(),
+                a.resource.clone(),
+            )
         };
         assert!(key(&pair[0]) <= key(&pair[1]), "allocations out of order");
         assert_ne!(pair[0], pair[1], "duplicate allocation");
@@ -92,7 +97,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(!holdings.unmapped.is_empty(), "an allocation went nowhere");
     }
     for (entity, holding) in holdings.per_entity.iter().enumerate() {
-        let holders = holdings.allocations.iter().filter(|(e, _)| *e == entity).count();
+        let holders = holdings
+            .allocations
+            .iter()
+            .filter(|(e, _)| *e == entity)
+            .count();
         match holding {
             Holding::Free => assert_eq!(holders, 0),
             Holding::Exclusive(_) => assert_eq!(holders, 1),
