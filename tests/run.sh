@@ -5,7 +5,7 @@
 # (tests/kube/build.sh), then run every test of the workspace: unit tests, the fake
 # libnvidia-ml's ABI tests, the end-to-end tests against real Prometheus, promtool,
 # nvidia-ml-py, gpustat, nvitop, nvitop-exporter, all-smi and the real control plane, and
-# the container images under podman.
+# the container images under podman. Before the tests, every fuzz target runs briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
@@ -20,4 +20,7 @@ cargo build --workspace --locked
 # build for the CPU.
 cargo build --release --locked -p gpu-exporter --no-default-features
 cargo build --release --locked -p gpu-metrics-adapter
+# Every fuzz target for a bounded time (FUZZ_SECONDS each, default 15), from its
+# committed seeds; any crash fails the run (tests/fuzz/run.sh).
+bash tests/fuzz/run.sh "${FUZZ_SECONDS:-15}"
 cargo test --workspace --locked "$@"

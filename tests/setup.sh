@@ -17,7 +17,9 @@
 #     with cargo install), pinned, under the target dir's peers/ (tests/install-peers.sh),
 #     for tests/tests/e2e/peers.rs and exporter/benches/peers.sh; python3-venv (Debian)
 #     for the venv, protobuf-compiler, libprotobuf-dev and libdrm-dev (Debian) for
-#     all-smi's build.
+#     all-smi's build,
+#   - the nightly Rust toolchain and cargo-fuzz (crates.io, pinned) for the fuzz targets
+#     (tests/fuzz/run.sh).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -31,6 +33,8 @@ GPUSTAT_VERSION="1.1.1"
 NVITOP_VERSION="1.7.2"
 # Prometheus' Python client, for its exposition parsers (tests/tests/e2e/golden.rs).
 PROMETHEUS_CLIENT_VERSION="0.26.0"
+# cargo-fuzz, which builds and runs the fuzz targets (tests/fuzz/run.sh).
+CARGO_FUZZ_VERSION="0.13.2"
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then
@@ -172,6 +176,17 @@ if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
         echo "tests/setup.sh: kubernetes-validate still cannot be imported after installing it" >&2
         exit 1
     }
+fi
+
+# The fuzz targets (tests/fuzz/run.sh) build with cargo-fuzz on the nightly toolchain:
+# libFuzzer's instrumentation needs nightly-only rustc flags.
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "tests/setup.sh: installing the nightly Rust toolchain (for cargo-fuzz)"
+    rustup toolchain install nightly --profile minimal
+fi
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz ${CARGO_FUZZ_VERSION}" ]; then
+    echo "tests/setup.sh: installing cargo-fuzz ${CARGO_FUZZ_VERSION}"
+    cargo install --locked --quiet cargo-fuzz --version "${CARGO_FUZZ_VERSION}"
 fi
 
 bash "$(dirname "${BASH_SOURCE[0]}")/install-peers.sh"

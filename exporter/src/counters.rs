@@ -104,32 +104,34 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
             continue;
         }
         let mut fields = Vec::new();
-        let mut rest: std::borrow::Cow<'_, str> = line.into();
+        // Slices of `text` throughout: copying the rest of the line at every field or
+        // escaped quote made a long line quadratic (a 1 MiB line of commas took ~20 s).
+        let mut rest: &str = line;
         let mut line_no = start;
         loop {
-            let trimmed = rest.trim_start_matches([' ', '\t']).to_string();
+            let trimmed = rest.trim_start_matches([' ', '\t']);
             if let Some(quoted) = trimmed.strip_prefix('"') {
                 // A quoted field may run over several lines.
                 let mut field = String::new();
-                let mut cur = quoted.to_string();
+                let mut cur = quoted;
                 loop {
                     match cur.find('"') {
                         Some(q) if cur[q + 1..].starts_with('"') => {
                             field.push_str(&cur[..=q]);
-                            cur = cur[q + 2..].to_string();
+                            cur = &cur[q + 2..];
                         }
                         Some(q) => {
                             field.push_str(&cur[..q]);
-                            cur = cur[q + 1..].to_string();
+                            cur = &cur[q + 1..];
                             break;
                         }
                         None => {
-                            field.push_str(&cur);
+                            field.push_str(cur);
                             field.push('\n');
                             match lines.next() {
                                 Some((j, next)) => {
                                     line_no = j as u64 + 1;
-                                    cur = next.strip_suffix('\r').unwrap_or(next).to_string();
+                                    cur = next.strip_suffix('\r').unwrap_or(next);
                                 }
                                 None => {
                                     return Err((
@@ -143,7 +145,7 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
                 }
                 fields.push(field);
                 match cur.strip_prefix(',') {
-                    Some(after) => rest = after.to_string().into(),
+                    Some(after) => rest = after,
                     None if cur.is_empty() => break,
                     None => {
                         return Err((
@@ -154,8 +156,8 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
                 }
             } else {
                 let (field, after) = match trimmed.split_once(',') {
-                    Some((f, a)) => (f.to_string(), Some(a.to_string())),
-                    None => (trimmed.clone(), None),
+                    Some((f, a)) => (f, Some(a)),
+                    None => (trimmed, None),
                 };
                 if field.contains('"') {
                     return Err((
@@ -165,9 +167,9 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
                         ),
                     ));
                 }
-                fields.push(field);
+                fields.push(field.to_string());
                 match after {
-                    Some(a) => rest = a.into(),
+                    Some(a) => rest = a,
                     None => break,
                 }
             }
@@ -405,6 +407,19 @@ mod tests {
         assert_eq!(p.metrics[0].help, "two\nlines");
         let e = err_of("\n\nDCGM_FI_DEV_GPU_TEMP, gauge, \"a\"b\n");
         assert!(e.starts_with("test.csv:3: "), "{e}");
+    }
+
+    /// A file at the size limit made of one line of a million fields, or of a million
+    /// escaped quotes, is read in one pass (it used to copy the rest of the line at
+    /// every field: ~20 s of CPU at startup; BENCHMARKS.md "Fuzzing (issue 20)").
+    #[test]
+    fn a_megabyte_line_is_read_whole_and_counted() {
+        let fields = 1 << 20;
+        let e = err_of(&",".repeat(fields - 1));
+        assert!(e.contains(&format!("found {fields}")), "{e}");
+        let quotes = "\"\"".repeat(1 << 19);
+        let (p, _) = plan(&format!("DCGM_FI_DEV_GPU_TEMP, gauge, \"{quotes}\""), "t").unwrap();
+        assert_eq!(p.metrics[0].help, "\"".repeat(1 << 19));
     }
 
     #[test]

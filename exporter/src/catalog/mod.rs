@@ -564,8 +564,17 @@ pub fn is_known_dcgm_name(name: &str) -> bool {
     dcgm_field_ids().contains_key(name) || EXPORTER_FIELDS.contains(&name)
 }
 
+/// Longest prefix of an unknown name that [`closest_names`] compares: longer than any
+/// DCGM field name. Scoring costs the name's length times every known name, and a
+/// 64 KiB first field took minutes before the error (found by fuzzing, issue 20).
+const COMPARED_NAME_CHARS: usize = 128;
+
 /// Up to three known names closest to `name`, for error messages.
 pub fn closest_names(name: &str) -> Vec<&'static str> {
+    let name = match name.char_indices().nth(COMPARED_NAME_CHARS) {
+        Some((end, _)) => &name[..end],
+        None => name,
+    };
     let mut scored: Vec<(f64, &'static str)> = dcgm_field_ids()
         .keys()
         .copied()
@@ -595,6 +604,18 @@ mod tests {
         assert!(ids.len() > 500, "{}", ids.len());
         assert_eq!(ids["DCGM_FI_DEV_GPU_UTIL"], 203);
         assert_eq!(ids["DCGM_FI_PROF_GR_ENGINE_ACTIVE"], 1001);
+    }
+
+    #[test]
+    fn closest_names_compare_a_bounded_prefix_of_a_long_name() {
+        let long = format!("DCGM_FI_DEV_GPU_UTL{}", "X".repeat(1 << 20));
+        let prefix: String = long.chars().take(COMPARED_NAME_CHARS).collect();
+        assert_eq!(closest_names(&long), closest_names(&prefix));
+        assert!(
+            dcgm_field_ids()
+                .keys()
+                .all(|k| k.chars().count() < COMPARED_NAME_CHARS)
+        );
     }
 
     #[test]

@@ -356,35 +356,88 @@ async fn round(
     let (slots, remaining) = (&slots, &remaining);
     let answers = futures_util::future::join_all(FAMILIES.iter().map(|f| async move {
         let stamps_query = format!("timestamp({f})");
-        let mut stamps: HashMap<u64, f64> = HashMap::new();
         let mut values: Vec<Kept> = Vec::new();
+        let mut stamps: HashMap<u64, f64> = HashMap::new();
         let (got_values, got_stamps) = tokio::join!(
             instant_query(client, opts, token, f, slots, remaining, |s| {
-                values.push((identity(&s.metric), exporter_labels(&s.metric), s.value.1))
+                values.push(FamilyAnswer::kept(s))
             }),
             instant_query(client, opts, token, &stamps_query, slots, remaining, |s| {
-                if let Ok(at) = s.value.1.parse::<f64>() {
-                    stamps.insert(identity(&s.metric), at);
-                }
+                FamilyAnswer::stamped(&mut stamps, s)
             })
         );
-        got_values.and(got_stamps).map(|()| (*f, values, stamps))
+        got_values
+            .and(got_stamps)
+            .map(|()| (*f, FamilyAnswer { values, stamps }))
     }))
     .await;
     let now_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
+    assemble(answers, now_unix, opts.staleness, opts.limits.max_pods)
+}
+
+/// One family's answers as a round keeps them: its samples, and their scrape times by
+/// identity.
+#[derive(Default)]
+pub(crate) struct FamilyAnswer {
+    values: Vec<Kept>,
+    stamps: HashMap<u64, f64>,
+}
+
+impl FamilyAnswer {
+    /// A sample of the family's query as kept.
+    fn kept(s: VectorSample) -> Kept {
+        (identity(&s.metric), exporter_labels(&s.metric), s.value.1)
+    }
+
+    /// A sample of the family's `timestamp()` query into `stamps`.
+    fn stamped(stamps: &mut HashMap<u64, f64>, s: VectorSample) {
+        // A time that is no number (`NaN`, `+Inf`) names no scrape; the sample is
+        // left out rather than dated.
+        if let Some(at) = s.value.1.parse::<f64>().ok().filter(|t| t.is_finite()) {
+            stamps.insert(identity(&s.metric), at);
+        }
+    }
+
+    /// The family's answers decoded from the two bodies, within a series budget (for
+    /// the fuzz target: the same decoding as a round's).
+    pub(crate) fn decode(values: &[u8], stamps: &[u8], max_series: usize) -> Result<Self, Error> {
+        let remaining = AtomicUsize::new(max_series);
+        let mut family = FamilyAnswer::default();
+        let ok = axum::http::StatusCode::OK;
+        decode_answer(ok, values, &remaining, max_series, |s| {
+            family.values.push(Self::kept(s))
+        })?;
+        decode_answer(ok, stamps, &remaining, max_series, |s| {
+            Self::stamped(&mut family.stamps, s)
+        })?;
+        Ok(family)
+    }
+}
+
+/// One round's answers, as of `now_unix`, into the fleet; more than `max_pods` pods is
+/// the pod budget's refusal.
+pub(crate) fn assemble(
+    answers: Vec<Result<(&'static str, FamilyAnswer), Error>>,
+    now_unix: f64,
+    staleness: Duration,
+    max_pods: usize,
+) -> Result<Fleet, Error> {
     let mut series = Vec::new();
     // Per pod: the oldest sample time among its series.
     let mut oldest: HashMap<(String, String), f64> = HashMap::new();
     for answer in answers {
-        let (family, values, stamps) = answer?;
+        let (family, FamilyAnswer { values, stamps }) = answer?;
         for (id, labels, value) in values {
-            let Some(at) = stamps.get(&id).copied() else {
+            // A scrape time in the future (clock skew, or a garbage answer such as
+            // `1e300`) counts as now: no sample is fresher than the answer, and such
+            // times do not fit a SystemTime (they panicked the source; found by fuzzing).
+            let Some(at) = stamps.get(&id).map(|at| at.min(now_unix)) else {
                 continue;
             };
-            if now_unix - at > opts.staleness.as_secs_f64() {
+            if now_unix - at > staleness.as_secs_f64() {
                 continue;
             }
             let Ok(value) = value.parse::<f64>() else {
@@ -404,13 +457,13 @@ async fn round(
     }
     let values = pod_values(&series);
     drop(series);
-    if values.len() > opts.limits.max_pods {
+    if values.len() > max_pods {
         return Err(Error::OverLimit {
             reason: Rejection::PodBudget,
             message: format!(
                 "the answers name {} pods, more than the {} allowed (--max-pods)",
                 values.len(),
-                opts.limits.max_pods
+                max_pods
             ),
         });
     }
@@ -593,5 +646,34 @@ mod tests {
             encode_query("timestamp({__name__=~\"A|B\"})"),
             "timestamp%28%7B__name__%3D~%22A%7CB%22%7D%29"
         );
+    }
+
+    /// Found by the `prometheus_json` fuzz target: a `timestamp()` answer of `+Inf` or
+    /// `1e300` panicked the round (`Duration::from_secs_f64`), which ended the source.
+    #[test]
+    fn scrape_times_past_now_or_not_finite_do_not_panic_and_count_as_now() {
+        let answer = |value: &str| {
+            format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"__name__":"DCGM_FI_DEV_GPU_UTIL","UUID":"GPU-1","namespace":"ml","pod":"train-0"}},"value":[1795620455.754,"{value}"]}}]}}}}"#
+            )
+        };
+        let now_unix = 1_795_620_500.0;
+        let values = answer("80");
+        for stamp in ["+Inf", "1e300", "2e19", "1795620600", "NaN"] {
+            let stamps = answer(stamp);
+            let family = FamilyAnswer::decode(values.as_bytes(), stamps.as_bytes(), 10).unwrap();
+            let round = vec![Ok(("DCGM_FI_DEV_GPU_UTIL", family))];
+            let fleet = assemble(round, now_unix, Duration::from_secs(60), 10).unwrap();
+            let pod = ("ml".to_string(), "train-0".to_string());
+            match fleet.pods.get(&pod) {
+                // A time that is not a finite number joins nothing: the sample is
+                // left out.
+                None => assert!(["+Inf", "NaN"].contains(&stamp), "{stamp}"),
+                Some(observed) => {
+                    let at = observed.at.duration_since(UNIX_EPOCH).unwrap();
+                    assert_eq!(at.as_secs_f64(), now_unix, "{stamp}");
+                }
+            }
+        }
     }
 }
