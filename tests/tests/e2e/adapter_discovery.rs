@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
-const NAMESPACE: &str = "gpu-exporter";
+pub(crate) const NAMESPACE: &str = "gpu-exporter";
 const TRAIN_0: &str =
     "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes";
 

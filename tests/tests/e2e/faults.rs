@@ -523,7 +523,8 @@ fn a_down_api_server_keeps_the_last_pods_and_the_watch_comes_back() {
 fn a_down_api_server_keeps_the_adapters_targets_and_its_watch_comes_back() {
     // The adapter's reviews with the API server down are tested in adapter_auth.rs
     // (`reviews_that_cannot_be_made_refuse_the_request`); this is its exporter discovery.
-    const NAMESPACE: &str = "gpu-monitoring";
+    // The namespace the slice helper puts the exporters' EndpointSlices in.
+    use crate::adapter_discovery::NAMESPACE;
     const TRAIN_0: &str =
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes";
     let node = KubeNode::start(PODS_SCENARIO, "node-a");

@@ -915,6 +915,9 @@ fn the_adapter_image_answers_the_custom_metrics_api_over_https() {
     serving_ca
         .server(&["127.0.0.1", "localhost"])
         .write(&cert_dir, "tls");
+    // cert-manager's Secret also carries the issuing CA, which the manifests trust for
+    // KEDA's client certificates (--grpc-client-ca-file).
+    std::fs::write(cert_dir.join("ca.crt"), serving_ca.pem()).expect("ca.crt");
     let volume = pod
         .volumes
         .iter()
@@ -928,7 +931,7 @@ fn the_adapter_image_answers_the_custom_metrics_api_over_https() {
         .as_ref()
         .and_then(|s| s.fs_group)
         .map(|g| g as u32);
-    for f in ["tls.crt", "tls.key"] {
+    for f in ["tls.crt", "tls.key", "ca.crt"] {
         let path = cert_dir.join(f);
         std::os::unix::fs::chown(&path, Some(0), fs_group).expect("chown");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
