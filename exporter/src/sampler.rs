@@ -989,4 +989,211 @@ mod tests {
             Some(Value::Int(3))
         );
     }
+
+    #[test]
+    fn whole_unit_conversions_scale_float_readings_and_round_products() {
+        let now = Instant::now();
+        // A float reading divided down to whole units: 7.5 MiB in bytes is 7 MiB.
+        assert_eq!(
+            convert_value(
+                Raw::F64(7.5 * 1048576.0),
+                Convert::IntDiv(1 << 20),
+                None,
+                now
+            ),
+            Some(Value::Int(7))
+        );
+        // Scaled up: 0.25 of a unit, times 1000, is 250.
+        assert_eq!(
+            convert_value(Raw::F64(0.25), Convert::IntMul(1000.0), None, now),
+            Some(Value::Int(250))
+        );
+    }
+
+    #[test]
+    fn a_rate_over_no_elapsed_time_is_not_reported() {
+        let t0 = Instant::now();
+        let c = Convert::RatePerSec(1.0);
+        // Two readings at the same instant: no time to divide by, whatever the counter did.
+        assert_eq!(convert_value(Raw::U64(9), c, Some((5.0, t0)), t0), None);
+        assert_eq!(convert_value(Raw::U64(5), c, Some((5.0, t0)), t0), None);
+    }
+
+    /// Pod UIDs of the split tests: two holders of the GPU, a third pod on the same
+    /// namespace that does not hold it, and a pod named like a holder in another
+    /// namespace.
+    const UID_A: &str = "0a0a0a0a-0000-0000-0000-00000000000a";
+    const UID_B: &str = "0b0b0b0b-0000-0000-0000-00000000000b";
+    const UID_C: &str = "0c0c0c0c-0000-0000-0000-00000000000c";
+    const UID_D: &str = "0d0d0d0d-0000-0000-0000-00000000000d";
+
+    /// An attributor whose pod directory knows `pods` (uid, namespace, name) and whose
+    /// `/proc` (under `proc_root`) places each of `procs` (pid, uid) in its pod.
+    fn attributor_with(
+        proc_root: &std::path::Path,
+        pods: &[(&str, &str, &str)],
+        procs: &[(u32, &str)],
+        synced: bool,
+    ) -> Attributor {
+        for (pid, uid) in procs {
+            let dir = proc_root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("cgroup"),
+                format!(
+                    "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope\n",
+                    uid.replace('-', "_"),
+                    "ab".repeat(32)
+                ),
+            )
+            .unwrap();
+        }
+        let mut directory = PodDirectory {
+            generation: 1,
+            synced,
+            up: synced,
+            ..PodDirectory::default()
+        };
+        for (uid, ns, name) in pods {
+            directory
+                .by_uid
+                .insert(uid.to_string(), (ns.to_string(), name.to_string()));
+        }
+        let mut a = Attributor::new(
+            Arc::new(arc_swap::ArcSwap::from_pointee(
+                crate::attribution::kubelet::KubeletView::default(),
+            )),
+            Arc::new(arc_swap::ArcSwap::from_pointee(directory)),
+            true,
+            proc_root.to_path_buf(),
+        );
+        // The shares use the directory the holdings were computed from.
+        let inv = Inventory {
+            driver_version: "1".into(),
+            nvml_version: "1".into(),
+            entities: Vec::new(),
+        };
+        a.holdings(&inv, 1);
+        a
+    }
+
+    fn holder(namespace: &str, pod: &str) -> Holder {
+        Holder {
+            namespace: namespace.into(),
+            pod: pod.into(),
+            container: None,
+            pod_labels: Vec::new(),
+        }
+    }
+
+    fn process(pid: u32, sm: Option<u32>, memory_bytes: u64) -> ProcessSample {
+        ProcessSample {
+            pid,
+            name: format!("p{pid}"),
+            used_memory_bytes: Some(memory_bytes),
+            sm_util_percent: sm,
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// Processes on one GPU held by pods `a` and `b` of namespace `ns`: `a` runs at 30 %
+    /// SM with 100 MiB, `b` at 10 % with 300 MiB, pod `c` (same namespace, not a holder)
+    /// at 20 % with 50 MiB, pod `a` of namespace `other` at 20 % with 40 MiB, and a
+    /// process outside any pod (no cgroup file) with 8 MiB and no SM figure. Memory
+    /// figures carry some bytes past the MiB, which are not counted.
+    fn shared_gpu_processes() -> Vec<ProcessSample> {
+        vec![
+            process(101, Some(30), 100 * MIB + 4095),
+            process(102, Some(10), 300 * MIB + 1),
+            process(103, Some(20), 50 * MIB),
+            process(104, Some(20), 40 * MIB),
+            process(105, None, 8 * MIB),
+        ]
+    }
+
+    fn shared_gpu_attributor(proc_root: &std::path::Path, synced: bool) -> Attributor {
+        attributor_with(
+            proc_root,
+            &[
+                (UID_A, "ns", "a"),
+                (UID_B, "ns", "b"),
+                (UID_C, "ns", "c"),
+                (UID_D, "other", "a"),
+            ],
+            &[(101, UID_A), (102, UID_B), (103, UID_C), (104, UID_D)],
+            synced,
+        )
+    }
+
+    #[test]
+    fn a_shared_gpu_is_split_between_its_holders_by_their_own_processes() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let mut a = shared_gpu_attributor(proc_root.path(), true);
+        let holders = [holder("ns", "a"), holder("ns", "b")];
+        let labels: [Arc<str>; 2] = ["pod-a".into(), "pod-b".into()];
+        // Utilisation 90 % and 1000 MiB used on the device; a third metric not split.
+        let mut values = [
+            Some(Value::Int(90)),
+            Some(Value::Int(1000)),
+            Some(Value::Float(1.5)),
+        ];
+        let splits = [(0, Split::BySmShare), (1, Split::ByMemory)];
+        let shares = split_entity(
+            &mut a,
+            &holders,
+            &labels,
+            &shared_gpu_processes(),
+            &splits,
+            &mut values,
+        );
+        // SM: the processes add up to 30 + 10 + 20 + 20 = 80 %; pod a ran 30 of them, so
+        // 30/80 of the device's 90 % is 33.75, b 10/80 of it 11.25; rounded to whole
+        // percent with the sum kept, a 34 and b 11; the other 45 stay on the device.
+        // Memory: each holder its own MiB, the rest of the 1000 on the device.
+        let expected_sm = [90 * 30 / 80 + 1, 90 * 10 / 80];
+        let expected_mem = [100, 300];
+        assert_eq!(shares.len(), 2, "one share per holder");
+        for (i, share) in shares.iter().enumerate() {
+            assert_eq!(share.labels, labels[i]);
+            assert_eq!(
+                share.values,
+                vec![
+                    (0, Value::Int(expected_sm[i])),
+                    (1, Value::Int(expected_mem[i]))
+                ],
+                "share of {}",
+                labels[i]
+            );
+        }
+        assert_eq!(
+            values,
+            [
+                Some(Value::Int(90 - expected_sm.iter().sum::<i64>())),
+                Some(Value::Int(1000 - 400)),
+                Some(Value::Float(1.5)),
+            ],
+            "the device keeps what no holder used; unsplit metrics are untouched"
+        );
+    }
+
+    #[test]
+    fn without_a_synced_pod_directory_a_shared_gpu_stays_whole() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let mut a = shared_gpu_attributor(proc_root.path(), false);
+        let holders = [holder("ns", "a"), holder("ns", "b")];
+        let labels: [Arc<str>; 2] = ["pod-a".into(), "pod-b".into()];
+        let mut values = [Some(Value::Int(90)), Some(Value::Int(1000))];
+        let before = values;
+        let shares = split_entity(
+            &mut a,
+            &holders,
+            &labels,
+            &shared_gpu_processes(),
+            &[(0, Split::BySmShare), (1, Split::ByMemory)],
+            &mut values,
+        );
+        assert!(shares.is_empty());
+        assert_eq!(values, before);
+    }
 }
