@@ -1034,6 +1034,7 @@ mod tests {
         pods: &[(&str, &str, &str)],
         procs: &[(u32, &str)],
         synced: bool,
+        kubelet: crate::attribution::kubelet::KubeletView,
     ) -> Attributor {
         for (pid, uid) in procs {
             let dir = proc_root.join(pid.to_string());
@@ -1060,20 +1061,19 @@ mod tests {
                 .insert(uid.to_string(), (ns.to_string(), name.to_string()));
         }
         let mut a = Attributor::new(
-            Arc::new(arc_swap::ArcSwap::from_pointee(
-                crate::attribution::kubelet::KubeletView::default(),
-            )),
+            Arc::new(arc_swap::ArcSwap::from_pointee(kubelet)),
             Arc::new(arc_swap::ArcSwap::from_pointee(directory)),
             true,
             proc_root.to_path_buf(),
         );
-        // The shares use the directory the holdings were computed from.
+        // The shares use the directory the holdings were computed from. A generation no
+        // sampler's discovery has, so a sampler computes its own holdings.
         let inv = Inventory {
             driver_version: "1".into(),
             nvml_version: "1".into(),
             entities: Vec::new(),
         };
-        a.holdings(&inv, 1);
+        a.holdings(&inv, u64::MAX);
         a
     }
 
@@ -1112,7 +1112,11 @@ mod tests {
         ]
     }
 
-    fn shared_gpu_attributor(proc_root: &std::path::Path, synced: bool) -> Attributor {
+    fn shared_gpu_attributor(
+        proc_root: &std::path::Path,
+        synced: bool,
+        kubelet: crate::attribution::kubelet::KubeletView,
+    ) -> Attributor {
         attributor_with(
             proc_root,
             &[
@@ -1123,13 +1127,14 @@ mod tests {
             ],
             &[(101, UID_A), (102, UID_B), (103, UID_C), (104, UID_D)],
             synced,
+            kubelet,
         )
     }
 
     #[test]
     fn a_shared_gpu_is_split_between_its_holders_by_their_own_processes() {
         let proc_root = tempfile::tempdir().unwrap();
-        let mut a = shared_gpu_attributor(proc_root.path(), true);
+        let mut a = shared_gpu_attributor(proc_root.path(), true, Default::default());
         let holders = [holder("ns", "a"), holder("ns", "b")];
         let labels: [Arc<str>; 2] = ["pod-a".into(), "pod-b".into()];
         // Utilisation 90 % and 1000 MiB used on the device; a third metric not split.
@@ -1180,7 +1185,7 @@ mod tests {
     #[test]
     fn without_a_synced_pod_directory_a_shared_gpu_stays_whole() {
         let proc_root = tempfile::tempdir().unwrap();
-        let mut a = shared_gpu_attributor(proc_root.path(), false);
+        let mut a = shared_gpu_attributor(proc_root.path(), false, Default::default());
         let holders = [holder("ns", "a"), holder("ns", "b")];
         let labels: [Arc<str>; 2] = ["pod-a".into(), "pod-b".into()];
         let mut values = [Some(Value::Int(90)), Some(Value::Int(1000))];
@@ -1195,5 +1200,222 @@ mod tests {
         );
         assert!(shares.is_empty());
         assert_eq!(values, before);
+    }
+
+    const GPU_UUIDS: [&str; 3] = [
+        "GPU-aaaaaaaa-0000-0000-0000-000000000000",
+        "GPU-11111111-1111-1111-1111-111111111111",
+        "GPU-22222222-2222-2222-2222-222222222222",
+    ];
+    /// Per GPU: utilisation (%) and memory used (MiB) the driver reports.
+    const GPU_UTIL: [u64; 3] = [20, 90, 50];
+    const FB_USED_MIB: [u64; 3] = [200, 1000, 500];
+    /// NVLink counter (KiB) advance per cycle of GPU e: (e + 1) times this.
+    const NVLINK_STEP_KIB: u64 = 1_000_000_000_000;
+
+    /// Three GPUs: 0 held whole by pod `ns/c`; 1 shared by `ns/a` and `ns/b`, with the
+    /// processes of [`shared_gpu_processes`]; 2 shared by the same pods, whose process
+    /// list cannot be read. The SM clock fails on every GPU.
+    struct ThreeGpus {
+        cycles: u64,
+    }
+
+    impl GpuSource for ThreeGpus {
+        fn describe(&self) -> String {
+            "three GPUs".into()
+        }
+        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+            Ok(Inventory {
+                driver_version: "1".into(),
+                nvml_version: "1".into(),
+                entities: (0..3)
+                    .map(|i| EntityInfo {
+                        gpu_index: i as u32,
+                        uuid: GPU_UUIDS[i].into(),
+                        pci_bus_id: format!("00000000:0{i}:00.0"),
+                        model_name: "NVIDIA H100 80GB HBM3".into(),
+                        mig: None,
+                        labels: Default::default(),
+                        lost: false,
+                    })
+                    .collect(),
+            })
+        }
+        fn probe(&mut self) -> Result<(), ReadError> {
+            Ok(())
+        }
+        fn read(&mut self, e: usize, wanted: &[Quantity], out: &mut Vec<Result<Raw, ReadError>>) {
+            out.clear();
+            out.extend(wanted.iter().map(|q| match q {
+                Quantity::GpuUtil => Ok(Raw::U64(GPU_UTIL[e])),
+                Quantity::FbUsed => Ok(Raw::U64(FB_USED_MIB[e] * MIB)),
+                Quantity::NvlinkDataKib => Ok(Raw::U64(
+                    (e as u64 + 1) * NVLINK_STEP_KIB * (self.cycles + 1),
+                )),
+                _ => Err(ReadError::Failed("broken".into())),
+            }));
+        }
+        fn processes(&mut self, e: usize) -> Result<Vec<ProcessSample>, ReadError> {
+            match e {
+                0 => Ok(vec![process(103, Some(20), 50 * MIB)]),
+                1 => Ok(shared_gpu_processes()),
+                _ => Err(ReadError::Failed("no process list".into())),
+            }
+        }
+        fn end_cycle(&mut self) {
+            self.cycles += 1;
+        }
+        fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_snapshot_splits_shared_gpus_labels_processes_and_rates_each_gpus_own_readings() {
+        use crate::attribution::device_id::DeviceId;
+        use crate::attribution::kubelet::{AllocatedDevice, Allocation, KubeletView};
+        let proc_root = tempfile::tempdir().unwrap();
+        let alloc = |pod: &str, gpu: usize| Allocation {
+            namespace: "ns".into(),
+            pod: pod.into(),
+            container: "main".into(),
+            resource: "nvidia.com/gpu".into(),
+            shared_resource: false,
+            device: AllocatedDevice::Plugin(GPU_UUIDS[gpu].parse::<DeviceId>().unwrap()),
+        };
+        let kubelet = KubeletView {
+            generation: 1,
+            allocations: vec![
+                alloc("a", 1),
+                alloc("a", 2),
+                alloc("b", 1),
+                alloc("b", 2),
+                alloc("c", 0),
+            ],
+            up: true,
+            ..KubeletView::default()
+        };
+        let a = shared_gpu_attributor(proc_root.path(), true, kubelet);
+        // The rate first, the split metrics last: a share's slice of the values must
+        // start at its own GPU's first metric.
+        let (plan, _) = crate::counters::plan(
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n\
+             DCGM_FI_DEV_SM_CLOCK, gauge, c\n\
+             DCGM_FI_DEV_GPU_UTIL, gauge, u\n\
+             DCGM_FI_DEV_FB_USED, gauge, m\n",
+            "test.csv",
+        )
+        .unwrap();
+        let index = |name: &str| plan.metrics.iter().position(|m| m.name == name).unwrap();
+        let (rate, clock, util, fb) = (
+            index("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),
+            index("DCGM_FI_DEV_SM_CLOCK"),
+            index("DCGM_FI_DEV_GPU_UTIL"),
+            index("DCGM_FI_DEV_FB_USED"),
+        );
+        let metrics = plan.metrics.len();
+        let mut s = Sampler::new(
+            Box::new(ThreeGpus { cycles: 0 }),
+            Arc::new(plan),
+            SamplerOptions {
+                interval: Duration::from_secs(3600),
+                hostname: None,
+                replace_blanks_in_model_name: false,
+                process_metrics: true,
+            },
+            "".into(),
+        )
+        .with_attribution(a);
+
+        let started = Instant::now();
+        let first = s.cycle();
+        assert!(first.source_up);
+        assert_eq!(first.field_errors, vec![("DCGM_FI_DEV_SM_CLOCK", 3)]);
+        for e in 0..3 {
+            assert!(first.entities[e].up);
+            assert_eq!(
+                first.values[e * metrics + rate],
+                None,
+                "one reading, no rate"
+            );
+            assert_eq!(first.values[e * metrics + clock], None);
+        }
+        let snap = s.cycle();
+        let elapsed = started.elapsed().as_secs_f64();
+        assert_eq!(snap.field_errors, vec![("DCGM_FI_DEV_SM_CLOCK", 6)]);
+        assert_eq!(snap.entities.len(), 3);
+        let value = |e: usize, m: usize| snap.values[e * metrics + m];
+
+        // Rates: GPU e's counter advanced (e + 1) steps over the same interval, at most
+        // `elapsed`, so its rate is (e + 1) times GPU 0's and at least step / elapsed.
+        let rates: Vec<i64> = (0..3)
+            .map(|e| match value(e, rate) {
+                Some(Value::Int(r)) => r,
+                other => panic!("GPU {e}: no rate after two readings: {other:?}"),
+            })
+            .collect();
+        assert!(rates[0] as f64 >= NVLINK_STEP_KIB as f64 / elapsed / 1000.0 - 0.5);
+        for e in 1..3 {
+            assert!(
+                (rates[e] - (e as i64 + 1) * rates[0]).abs() <= 1,
+                "rates {rates:?}"
+            );
+        }
+
+        // GPU 0, held whole: its own values, no shares, its processes not given a pod
+        // (the device's labels already name it).
+        assert!(snap.entities[0].up);
+        assert_eq!(value(0, util), Some(Value::Int(GPU_UTIL[0] as i64)));
+        assert_eq!(value(0, fb), Some(Value::Int(FB_USED_MIB[0] as i64)));
+        assert!(snap.entities[0].shares.is_empty());
+        let pods = |e: usize| -> Vec<(u32, Option<(String, String)>)> {
+            snap.entities[e]
+                .processes
+                .iter()
+                .map(|p| {
+                    let pod = p
+                        .pod
+                        .as_ref()
+                        .map(|r| (r.namespace.to_string(), r.pod.to_string()));
+                    (p.sample.pid, pod)
+                })
+                .collect()
+        };
+        assert_eq!(pods(0), vec![(103, None)]);
+
+        // GPU 1, shared: split as in
+        // `a_shared_gpu_is_split_between_its_holders_by_their_own_processes`.
+        let shares: Vec<Vec<(usize, Value)>> = snap.entities[1]
+            .shares
+            .iter()
+            .map(|s| s.values.clone())
+            .collect();
+        let expected_sm = [90 * 30 / 80 + 1, 90 * 10 / 80];
+        assert_eq!(
+            shares,
+            vec![
+                vec![(util, Value::Int(expected_sm[0])), (fb, Value::Int(100))],
+                vec![(util, Value::Int(expected_sm[1])), (fb, Value::Int(300))],
+            ]
+        );
+        assert_eq!(value(1, util), Some(Value::Int(90 - 45)));
+        assert_eq!(value(1, fb), Some(Value::Int(1000 - 400)));
+        let pod = |ns: &str, name: &str| Some((ns.to_string(), name.to_string()));
+        assert_eq!(
+            pods(1),
+            vec![
+                (101, pod("ns", "a")),
+                (102, pod("ns", "b")),
+                (103, pod("ns", "c")),
+                (104, pod("other", "a")),
+                (105, None),
+            ]
+        );
+
+        // GPU 2, shared but with no process list: left whole rather than split blind.
+        assert!(snap.entities[2].shares.is_empty());
+        assert_eq!(value(2, util), Some(Value::Int(GPU_UTIL[2] as i64)));
+        assert_eq!(value(2, fb), Some(Value::Int(FB_USED_MIB[2] as i64)));
+        assert!(snap.entities[2].processes.is_empty());
     }
 }
