@@ -678,14 +678,20 @@ fn exporter_daemonset_runs_on_gpu_nodes_hardened_and_attributing() {
     }
 }
 
-/// Where a path the manifests name comes from in the test: a ConfigMap's file, a
-/// generated serving certificate, the simulated node's kubelet socket or `/proc`.
+/// The serving Secret as cert-manager writes it: the pair and its issuing CA.
+struct ServingSecret<'a> {
+    leaf: &'a e2e_tests::pki::Leaf,
+    ca: &'a e2e_tests::pki::Ca,
+}
+
+/// Where a path the manifests name comes from in the test: a ConfigMap's file, the
+/// generated serving Secret, the simulated node's kubelet socket or `/proc`.
 fn provide_path(
     objs: &[Value],
     path: &str,
     root: &Path,
     node: &KubeNode,
-    serving: &e2e_tests::pki::Leaf,
+    serving: &ServingSecret<'_>,
 ) -> PathBuf {
     let file_name = Path::new(path)
         .file_name()
@@ -701,8 +707,9 @@ fn provide_path(
     let local = root.join(path.trim_start_matches('/'));
     std::fs::create_dir_all(local.parent().expect("a parent")).expect("mkdir");
     let content = match file_name {
-        "tls.crt" => serving.cert_pem.clone(),
-        "tls.key" => serving.key_pem.clone(),
+        "tls.crt" => serving.leaf.cert_pem.clone(),
+        "tls.key" => serving.leaf.key_pem.clone(),
+        "ca.crt" => serving.ca.pem(),
         name => objs
             .iter()
             .filter(|o| kind(o) == "ConfigMap")
@@ -722,7 +729,7 @@ fn runnable_args(
     objs: &[Value],
     root: &Path,
     node: &KubeNode,
-    serving: &e2e_tests::pki::Leaf,
+    serving: &ServingSecret<'_>,
 ) -> Vec<String> {
     a.iter()
         .map(|arg| match arg.split_once('=') {
@@ -786,7 +793,11 @@ fn the_binaries_run_with_the_manifests_flags_until_ready() {
         let node = KubeNode::start(SCENARIO, "node-a");
         let root = scratch_dir(&format!("manifest-run-{overlay}"));
         let ca = e2e_tests::pki::Ca::new("manifests-test-ca");
-        let serving = ca.server(&["localhost", "127.0.0.1"]);
+        let leaf = ca.server(&["localhost", "127.0.0.1"]);
+        let serving = ServingSecret {
+            leaf: &leaf,
+            ca: &ca,
+        };
         let kubeconfig = node.kubeconfig().display().to_string();
 
         let ds = exporter_ds(&objs);
@@ -839,7 +850,7 @@ fn the_binaries_run_with_the_manifests_flags_until_ready() {
             &serving,
         );
         let service = flag(&adapter_args, "--exporter-service")
-            .unwrap_or("gpu-monitoring/gpu-exporter")
+            .unwrap_or("gpu-exporter/gpu-exporter")
             .to_string();
         let (namespace, name) = service.split_once('/').expect("namespace/name");
         let port_name = flag(&adapter_args, "--exporter-port-name").unwrap_or("metrics");
@@ -1210,7 +1221,7 @@ fn adapter_is_highly_available_hardened_and_finds_the_exporters() {
 
         // The exporter Service and port name the adapter discovers exist.
         let (svc_ns, svc_name) = flag(&a, "--exporter-service")
-            .unwrap_or("gpu-monitoring/gpu-exporter")
+            .unwrap_or("gpu-exporter/gpu-exporter")
             .split_once('/')
             .expect("NAMESPACE/NAME");
         let port_name = flag(&a, "--exporter-port-name").unwrap_or("metrics");
@@ -1359,7 +1370,7 @@ fn rbac_grants_what_the_code_needs_to_accounts_that_exist() {
             str_at(pod_spec(adapter), "/serviceAccountName"),
         );
         let exporter_ns = flag(&args(container(adapter, "adapter")), "--exporter-service")
-            .unwrap_or("gpu-monitoring/gpu-exporter")
+            .unwrap_or("gpu-exporter/gpu-exporter")
             .split_once('/')
             .map(|(ns, _)| ns.to_string())
             .unwrap();
