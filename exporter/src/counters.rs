@@ -230,13 +230,11 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
             }
         };
         if !catalog::is_known_dcgm_name(name) {
-            return Err(err(
+            return Err(Error::CountersUnknownField {
+                file: file.to_string(),
                 line,
-                format!(
-                    "unknown DCGM field {name:?}; closest known fields: {}",
-                    catalog::closest_names(name).join(", ")
-                ),
-            ));
+                name: name.to_string(),
+            });
         }
         if let Some(first) = first_seen.insert(name.to_string(), line) {
             return Err(err(

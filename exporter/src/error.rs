@@ -11,6 +11,19 @@ pub enum Error {
         line: u64,
         message: String,
     },
+    /// A counters CSV line names a field that DCGM does not have. The closest names are
+    /// scored when the error is shown, not when it is made: scoring every DCGM name
+    /// costs about a millisecond, and most such errors (a fuzzer's, a rejected reload's
+    /// retry) are never shown.
+    #[error(
+        "{file}:{line}: unknown DCGM field {name:?}; closest known fields: {}",
+        crate::catalog::closest_names(name).join(", ")
+    )]
+    CountersUnknownField {
+        file: String,
+        line: u64,
+        name: String,
+    },
     #[error("cannot read counters file {file}: {source}")]
     CountersRead {
         file: String,

@@ -18,7 +18,7 @@ fuzz_target!(|text: &str| {
             }
             let _ = plan.quantities();
         }
-        Err(Error::Counters { line, .. }) => {
+        Err(Error::Counters { line, .. } | Error::CountersUnknownField { line, .. }) => {
             assert!(
                 (1..=lines).contains(&line),
                 "error on line {line} of {lines}"
