@@ -146,6 +146,8 @@ fn sampler(f: &Fixture, attribution: bool, process_metrics: bool) -> Sampler {
             hostname: Some(("Hostname".into(), "gpu-node-17.example.internal".into())),
             replace_blanks_in_model_name: false,
             process_metrics,
+            pod_uid: false,
+            virtual_gpus: false,
         },
         Arc::from("version=\"bench\",source=\"simulated\""),
     );

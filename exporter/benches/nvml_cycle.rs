@@ -36,6 +36,8 @@ fn sampler(source: Box<dyn GpuSource>, plan: &ExportPlan, processes: bool) -> Sa
             hostname: Some(("Hostname".into(), "bench".into())),
             replace_blanks_in_model_name: false,
             process_metrics: processes,
+            pod_uid: false,
+            virtual_gpus: false,
         },
         Arc::from("version=\"bench\""),
     )

@@ -76,6 +76,8 @@ fn big_node(csv: &str, name: &str) -> Snapshot {
             hostname: Some(("Hostname".into(), "gpu-node-17.example.internal".into())),
             replace_blanks_in_model_name: false,
             process_metrics: true,
+            pod_uid: false,
+            virtual_gpus: false,
         },
         Arc::from("version=\"bench\",source=\"simulated\""),
     );

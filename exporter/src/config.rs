@@ -130,6 +130,65 @@ pub struct Cli {
     )]
     pub kubernetes_pod_labels: Vec<String>,
 
+    /// dcgm-exporter's pod labels: copy every label of the pod (those matching
+    /// --kubernetes-pod-label-allowlist-regex, when given) onto its GPU series, besides
+    /// the --kubernetes-pod-labels keys.
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS",
+        hide_env_values = true
+    )]
+    pub kubernetes_enable_pod_labels: bool,
+
+    /// Regular expressions, comma-separated or repeated: with --kubernetes-enable-pod-labels,
+    /// copy only the pod label keys one matches (unanchored). A bad one stops startup.
+    #[arg(
+        long,
+        value_name = "REGEX",
+        value_delimiter = ',',
+        env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+        hide_env_values = true
+    )]
+    pub kubernetes_pod_label_allowlist_regex: Vec<String>,
+
+    /// Add the pod's UID as a pod_uid label (from the pod watch).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID",
+        hide_env_values = true
+    )]
+    pub kubernetes_enable_pod_uid: bool,
+
+    /// dcgm-exporter's virtual GPUs: the series of a GPU that pods share (time-slicing,
+    /// MPS) are repeated once per container using it, with its pod labels and vgpu (the
+    /// replica); the unlabelled series stays only while no pod uses the GPU.
+    #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", hide_env_values = true)]
+    pub kubernetes_virtual_gpus: bool,
+
+    /// Directory of HPC job mapping files (Slurm's): a file named after a GPU index, or
+    /// GPU.GPU_INSTANCE_ID for a MIG instance, lists one job ID per line; the device's
+    /// series are repeated once per job with hpc_job. Re-read when it changes.
+    #[arg(
+        long,
+        env = "DCGM_HPC_JOB_MAPPING_DIR",
+        hide_env_values = true,
+        value_name = "DIR",
+        value_parser = path_or_empty
+    )]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
+
+    /// Counters CSV from a ConfigMap, NAMESPACE:NAME (its `metrics` key), read through the
+    /// API server; takes precedence over -f. `none`: not used.
+    #[arg(
+        short = 'm',
+        long,
+        env = "DCGM_EXPORTER_CONFIGMAP_DATA",
+        hide_env_values = true,
+        value_name = "NAMESPACE:NAME",
+        default_value = "none"
+    )]
+    pub configmap_data: String,
+
     /// kubeconfig for the pod watch; default: the in-cluster service account.
     #[arg(long, env = "KUBECONFIG", hide_env_values = true, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,

@@ -63,7 +63,7 @@ pub fn with_kube_node(
     let sim = kube_sim::node::SimKubeNode::start(scenario, node, dir.path(), &node_name)
         .map_err(Error::Serve)?;
     tracing::info!(dir = %dir.path().display(), "simulated Kubernetes node for the scenario's pods");
-    let mut k8s = KubernetesOptions::from_cli(cli);
+    let mut k8s = KubernetesOptions::from_cli(cli)?;
     k8s.socket = sim.kubelet_socket().to_path_buf();
     k8s.kubeconfig = Some(sim.kubeconfig_path().to_path_buf());
     k8s.proc_root = sim.proc_root().to_path_buf();

@@ -51,6 +51,9 @@ pub enum Error {
     },
     #[error(transparent)]
     WebConfig(#[from] crate::web_config::WebConfigError),
+    /// Flags or a source they name that cannot be used.
+    #[error("{0}")]
+    Config(String),
     #[error("HTTP server failed: {0}")]
     Serve(std::io::Error),
 }

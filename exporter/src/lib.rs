@@ -18,7 +18,9 @@ pub mod counters;
 pub mod demo;
 pub mod encode;
 pub mod error;
+pub mod hpc;
 pub mod http;
+pub mod plan_reload;
 pub mod sampler;
 pub mod snapshot;
 pub mod source;
@@ -57,20 +59,13 @@ pub fn build_source(cli: &Cli) -> Result<Box<dyn GpuSource>> {
     )))
 }
 
-/// Load the counters plan named by the flags, logging its warnings.
+/// Load the counters plan named by `-f` (or the built-in one), logging its warnings; a
+/// ConfigMap (`-m`) is read by [`run`] through the API server.
 pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
-    let (plan, warnings) = match &cli.collectors {
-        Some(path) => counters::load(path)?,
-        None => counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?,
-    };
-    for w in warnings {
-        if w.notice {
-            tracing::info!(line = w.line, "{}", w.message);
-        } else {
-            tracing::warn!(line = w.line, "{}", w.message);
-        }
-    }
-    Ok(plan)
+    plan_reload::load_local(&plan_reload::PlanSource::new(
+        "none",
+        cli.collectors.as_deref(),
+    )?)
 }
 
 /// Where pod attribution gets its inputs.
@@ -79,7 +74,7 @@ pub struct KubernetesOptions {
     pub socket: std::path::PathBuf,
     pub refresh_interval: std::time::Duration,
     pub extra_resources: Vec<String>,
-    pub pod_labels: Vec<String>,
+    pub pod_labels: attribution::pods::LabelSelection,
     pub kubeconfig: Option<std::path::PathBuf>,
     /// This node's name, for the node-scoped pod watch; without it there is no watch.
     pub node_name: Option<String>,
@@ -87,8 +82,22 @@ pub struct KubernetesOptions {
 }
 
 impl KubernetesOptions {
-    pub fn from_cli(cli: &Cli) -> KubernetesOptions {
-        KubernetesOptions {
+    /// The options the flags give; an allow-list pattern that is no regular expression
+    /// is an error.
+    pub fn from_cli(cli: &Cli) -> Result<KubernetesOptions> {
+        let keys = cli
+            .kubernetes_pod_labels
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let pod_labels = attribution::pods::LabelSelection::new(
+            keys,
+            cli.kubernetes_enable_pod_labels,
+            &cli.kubernetes_pod_label_allowlist_regex,
+        )
+        .map_err(Error::Config)?;
+        Ok(KubernetesOptions {
             socket: cli.pod_resources_kubelet_socket.clone(),
             refresh_interval: cli.kubernetes_refresh_interval,
             extra_resources: cli
@@ -97,16 +106,11 @@ impl KubernetesOptions {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect(),
-            pod_labels: cli
-                .kubernetes_pod_labels
-                .iter()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
+            pod_labels,
             kubeconfig: cli.kubeconfig.clone(),
             node_name: std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()),
             proc_root: cli.proc_root.clone(),
-        }
+        })
     }
 }
 
@@ -167,7 +171,54 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         None => None,
     };
-    let plan = Arc::new(load_plan(&cli)?);
+    // Flags that can be wrong, before anything starts.
+    let plan_source = plan_reload::PlanSource::new(&cli.configmap_data, cli.collectors.as_deref())?;
+    let k8s_opts = if cli.kubernetes {
+        Some(KubernetesOptions::from_cli(&cli)?)
+    } else {
+        None
+    };
+    // Two workers: scrapes are cheap (a cached body) and the Kubernetes refreshers are
+    // mostly idle, but one slow client must not hold up the others; more threads would
+    // only cost memory.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("http")
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(Error::Serve)?;
+    // A SIGHUP reloads the counters, whatever their source; never the default action
+    // (ending the process).
+    let hangup = Arc::new(tokio::sync::Notify::new());
+    runtime
+        .block_on(async { plan_reload::forward_sighup(hangup.clone()) })
+        .map_err(Error::Serve)?;
+    let (plan, plan_client) = match &plan_source {
+        plan_reload::PlanSource::ConfigMap { namespace, name } => runtime.block_on(async {
+            let client = kube_support::client(cli.kubeconfig.as_deref())
+                .await
+                .map_err(|e| Error::Config(format!("--configmap-data needs API access: {e}")))?;
+            let text = plan_reload::fetch_configmap(&client, namespace, name).await?;
+            let (plan, warnings) = counters::plan(&text, &plan_source.describe())?;
+            plan_reload::log_warnings(warnings);
+            Ok::<_, Error>((plan, Some(client)))
+        })?,
+        local => (plan_reload::load_local(local)?, None),
+    };
+    let plan = Arc::new(plan);
+    tracing::info!(counters = %plan_source.describe(), "counters loaded");
+    let plan_handle = Arc::new(plan_reload::PlanHandle::new(plan.clone()));
+    {
+        let _guard = runtime.enter();
+        plan_reload::watch(
+            plan_source,
+            plan_handle.clone(),
+            hangup,
+            plan_client,
+            access::RELOAD_INTERVAL,
+        );
+    }
     let source = build_source(&cli)?;
     let build_labels: Arc<str> = {
         let mut s = String::new();
@@ -180,28 +231,26 @@ pub fn run(cli: Cli) -> Result<()> {
         hostname: (!cli.no_hostname).then(|| (cli.hostname_label.clone(), node_name())),
         replace_blanks_in_model_name: cli.replace_blanks_in_model_name,
         process_metrics: cli.process_metrics,
+        pod_uid: cli.kubernetes_enable_pod_uid,
+        virtual_gpus: cli.kubernetes_virtual_gpus,
     };
     tracing::info!(source = %source.describe(), metrics = plan.metrics.len(), interval_ms = cli.collect_interval, "starting");
-    // Two workers: scrapes are cheap (a cached body) and the Kubernetes refreshers are
-    // mostly idle, but one slow client must not hold up the others; more threads would
-    // only cost memory.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("http")
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(Error::Serve)?;
     let store = Arc::new(snapshot::SnapshotStore::new(Snapshot::empty(
         plan.clone(),
         build_labels.clone(),
     )));
-    let mut sampler = Sampler::new(source, plan, opts, build_labels);
-    if cli.kubernetes {
-        sampler = sampler.with_attribution(start_attribution(
-            &KubernetesOptions::from_cli(&cli),
-            runtime.handle(),
-        ));
+    let mut sampler = Sampler::new(source, plan, opts, build_labels).with_plan_updates(plan_handle);
+    if let Some(k8s) = &k8s_opts {
+        sampler = sampler.with_attribution(start_attribution(k8s, runtime.handle()));
+    }
+    if let Some(dir) = cli
+        .hpc_job_mapping_dir
+        .as_ref()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        let jobs = Arc::new(ArcSwap::from_pointee(hpc::HpcJobs::default()));
+        hpc::watch(dir.clone(), jobs.clone(), runtime.handle());
+        sampler = sampler.with_hpc_jobs(jobs);
     }
     // The demo's simulated Kubernetes node, held until exit.
     #[cfg(feature = "demo")]

@@ -17,9 +17,12 @@ use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_p
 use crate::attribution::pods::PodDirectory;
 use crate::catalog::{Convert, Quantity, Scope};
 use crate::counters::{ExportPlan, MetricKind};
+use crate::hpc::HpcJobs;
+use crate::plan_reload::PlanHandle;
 use crate::snapshot::{EntitySnapshot, Snapshot, SnapshotStore, Value, XidStat, push_label};
 use crate::snapshot::{PodRef, PodShare, ProcessSnapshot};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
+use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -38,10 +41,15 @@ pub struct SamplerOptions {
     pub replace_blanks_in_model_name: bool,
     /// Collect and export per-process series.
     pub process_metrics: bool,
+    /// Add `pod_uid` to a pod's series (`--kubernetes-enable-pod-uid`).
+    pub pod_uid: bool,
+    /// dcgm-exporter's `--kubernetes-virtual-gpus`: a shared device's series are
+    /// repeated per pod with `vgpu`, instead of left unlabelled.
+    pub virtual_gpus: bool,
 }
 
 /// Label names the exporter itself writes, which a pod label must not take.
-const RESERVED_LABELS: [&str; 16] = [
+const RESERVED_LABELS: [&str; 19] = [
     "gpu",
     "UUID",
     "pci_bus_id",
@@ -58,17 +66,23 @@ const RESERVED_LABELS: [&str; 16] = [
     "err_msg",
     "pid",
     "process_name",
+    "hpc_job",
+    "pod_uid",
+    "vgpu",
 ];
 
 /// The label set of one entity in dcgm-exporter's order, with a pod's labels when the
-/// series belongs to one: `gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE,
-/// GPU_I_ID,] hostname`, then label fields and allow-listed pod labels in one
-/// byte-sorted run, then `container, namespace, pod` (dcgm's attributes, byte-sorted).
+/// series belongs to one and the HPC job when it belongs to one: `gpu, UUID,
+/// pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID,] hostname`, then label
+/// fields and allow-listed pod labels in one byte-sorted run, then dcgm's attributes,
+/// byte-sorted: `container, hpc_job, namespace, pod, pod_uid, vgpu`. In
+/// `--kubernetes-virtual-gpus` mode pod labels are not copied (nor are they by dcgm).
 pub fn entity_label_string(
     e: &EntityInfo,
     plan: &ExportPlan,
     opts: &SamplerOptions,
     holder: Option<&Holder>,
+    hpc_job: Option<&str>,
 ) -> Arc<str> {
     let mut s = String::with_capacity(256);
     push_label(&mut s, "gpu", itoa::Buffer::new().format(e.gpu_index));
@@ -99,7 +113,7 @@ pub fn entity_label_string(
         .iter()
         .filter_map(|(name, field)| e.labels.get(field).map(|v| (*name, v.as_str())))
         .collect();
-    if let Some(h) = holder {
+    if let Some(h) = holder.filter(|_| !opts.virtual_gpus) {
         for (k, v) in &h.pod_labels {
             let taken =
                 RESERVED_LABELS.contains(&k.as_str()) || run.iter().any(|(n, _)| *n == k.as_str());
@@ -112,12 +126,21 @@ pub fn entity_label_string(
     for (name, value) in run {
         push_label(&mut s, name, value);
     }
+    if let Some(c) = holder.and_then(|h| h.container.as_ref()) {
+        push_label(&mut s, "container", c);
+    }
+    if let Some(job) = hpc_job {
+        push_label(&mut s, "hpc_job", job);
+    }
     if let Some(h) = holder {
-        if let Some(c) = &h.container {
-            push_label(&mut s, "container", c);
-        }
         push_label(&mut s, "namespace", &h.namespace);
         push_label(&mut s, "pod", &h.pod);
+        if let Some(uid) = h.pod_uid.as_ref().filter(|_| opts.pod_uid) {
+            push_label(&mut s, "pod_uid", uid);
+        }
+        if let Some(replica) = h.vgpu.filter(|_| opts.virtual_gpus) {
+            push_label(&mut s, "vgpu", itoa::Buffer::new().format(replica));
+        }
     }
     Arc::from(s)
 }
@@ -126,7 +149,7 @@ pub fn entity_label_string(
 fn entity_labels(inv: &Inventory, plan: &ExportPlan, opts: &SamplerOptions) -> Vec<Arc<str>> {
     inv.entities
         .iter()
-        .map(|e| entity_label_string(e, plan, opts, None))
+        .map(|e| entity_label_string(e, plan, opts, None, None))
         .collect()
 }
 
@@ -146,8 +169,13 @@ struct Devices {
     generation: u64,
     /// Each entity's labels without pods.
     base_labels: Vec<Arc<str>>,
-    /// Each entity's series labels: with its pod when it is held whole by one.
+    /// Each entity's own labels: with its pod when it is held whole by one.
     labels: Vec<Arc<str>>,
+    /// Label sets the entity's device series are repeated under instead of its own
+    /// labels (one per HPC job; one per pod with `--kubernetes-virtual-gpus`).
+    copies: Vec<Option<Arc<[Arc<str>]>>>,
+    /// The HPC jobs generation the labels were made with.
+    hpc_generation: Option<u64>,
     /// Who holds what, and the label sets that follow from it.
     holdings: Option<Arc<Holdings>>,
     /// Per entity, for a shared one: each holding pod's labels.
@@ -167,37 +195,104 @@ struct Devices {
     processes_read: Vec<bool>,
 }
 
-/// Rebuild the label sets that depend on who holds what.
-fn relabel(d: &mut Devices, h: &Arc<Holdings>, plan: &ExportPlan, opts: &SamplerOptions) {
+/// Rebuild the label sets that depend on who holds what (`h`) and on the HPC jobs.
+fn relabel(
+    d: &mut Devices,
+    h: Option<&Arc<Holdings>>,
+    jobs: Option<&HpcJobs>,
+    plan: &ExportPlan,
+    opts: &SamplerOptions,
+) {
     for (e, info) in d.inventory.entities.iter().enumerate() {
-        let (labels, shares) = match h.per_entity.get(e) {
-            Some(Holding::Exclusive(holder)) => (
-                entity_label_string(info, plan, opts, Some(holder)),
-                Vec::new(),
-            ),
-            Some(Holding::Shared(holders)) => (
-                d.base_labels[e].clone(),
-                holders
-                    .iter()
-                    .map(|holder| entity_label_string(info, plan, opts, Some(holder)))
-                    .collect(),
-            ),
-            Some(Holding::Free) | None => (d.base_labels[e].clone(), Vec::new()),
+        let jobs_here: Vec<Option<&str>> = match jobs {
+            Some(j) => j
+                .jobs(info.gpu_index, info.mig.as_ref().map(|m| m.gpu_instance_id))
+                .iter()
+                .map(|j| Some(j.as_str()))
+                .collect(),
+            None => Vec::new(),
         };
-        d.labels[e] = labels;
+        // One series per job, as dcgm-exporter repeats them; one without a job else.
+        let jobs_here = if jobs_here.is_empty() {
+            vec![None]
+        } else {
+            jobs_here
+        };
+        let label = |holder: Option<&Holder>, job: Option<&str>| {
+            entity_label_string(info, plan, opts, holder, job)
+        };
+        let per_job = |holder: Option<&Holder>| -> Vec<Arc<str>> {
+            jobs_here.iter().map(|j| label(holder, *j)).collect()
+        };
+        let (own, copies, shares) = match h.and_then(|h| h.per_entity.get(e)) {
+            Some(Holding::Exclusive(holder)) => {
+                (label(Some(holder), None), per_job(Some(holder)), Vec::new())
+            }
+            Some(Holding::Shared(holders)) => {
+                let shares: Vec<Arc<str>> = holders.iter().map(|h| label(Some(h), None)).collect();
+                let copies = if opts.virtual_gpus {
+                    holders.iter().flat_map(|h| per_job(Some(h))).collect()
+                } else {
+                    per_job(None)
+                };
+                (d.base_labels[e].clone(), copies, shares)
+            }
+            Some(Holding::Free) | None => (d.base_labels[e].clone(), per_job(None), Vec::new()),
+        };
+        // Copies only where they differ from the entity's own labels.
+        d.copies[e] = (copies.len() != 1 || copies[0] != own).then(|| Arc::from(copies));
+        d.labels[e] = own;
         d.share_labels[e] = shares;
     }
-    d.allocation_labels = h
-        .allocations
+    if let Some(h) = h {
+        d.allocation_labels = h
+            .allocations
+            .iter()
+            .filter_map(|(e, holder)| {
+                d.inventory
+                    .entities
+                    .get(*e)
+                    .map(|info| entity_label_string(info, plan, opts, Some(holder), None))
+            })
+            .collect();
+        d.holdings = Some(h.clone());
+    }
+    d.hpc_generation = jobs.map(|j| j.generation);
+}
+
+/// What a plan asks of the source: the distinct quantities with their scope and the
+/// metrics each feeds, and the metrics split per pod on shared devices.
+#[allow(clippy::type_complexity)]
+fn plan_tables(plan: &ExportPlan) -> (Vec<(Quantity, Scope, Vec<usize>)>, Vec<(usize, Split)>) {
+    let mut quantities: Vec<(Quantity, Scope, Vec<usize>)> = Vec::new();
+    for (i, m) in plan.metrics.iter().enumerate() {
+        if let MetricKind::Value {
+            quantity, scope, ..
+        } = m.kind
+        {
+            match quantities.iter_mut().find(|(q, _, _)| *q == quantity) {
+                Some((_, _, idx)) => idx.push(i),
+                None => quantities.push((quantity, scope, vec![i])),
+            }
+        }
+    }
+    let splits = plan
+        .metrics
         .iter()
-        .filter_map(|(e, holder)| {
-            d.inventory
-                .entities
-                .get(*e)
-                .map(|info| entity_label_string(info, plan, opts, Some(holder)))
+        .enumerate()
+        .filter_map(|(i, m)| match m.kind {
+            MetricKind::Value {
+                quantity: Quantity::GpuUtil,
+                ..
+            } => Some((i, Split::BySmShare)),
+            MetricKind::Value {
+                quantity: Quantity::FbUsed,
+                ..
+            } => Some((i, Split::ByMemory)),
+            _ => None,
         })
         .collect();
-    d.holdings = Some(h.clone());
+    (quantities, splits)
 }
 
 pub struct Sampler {
@@ -228,6 +323,10 @@ pub struct Sampler {
     splits: Vec<(usize, Split)>,
     /// The pods of processes' series, shared across cycles.
     process_pods: PodRefs,
+    /// The HPC jobs on each device (`--hpc-job-mapping-dir`), kept current elsewhere.
+    hpc_jobs: Option<Arc<ArcSwap<HpcJobs>>>,
+    /// Reloaded plans (`--collectors`, `--configmap-data`), when reloading is on.
+    plan_updates: Option<Arc<PlanHandle>>,
 }
 
 impl Sampler {
@@ -237,35 +336,8 @@ impl Sampler {
         opts: SamplerOptions,
         build_labels: Arc<str>,
     ) -> Sampler {
-        let mut quantities: Vec<(Quantity, Scope, Vec<usize>)> = Vec::new();
-        for (i, m) in plan.metrics.iter().enumerate() {
-            if let MetricKind::Value {
-                quantity, scope, ..
-            } = m.kind
-            {
-                match quantities.iter_mut().find(|(q, _, _)| *q == quantity) {
-                    Some((_, _, idx)) => idx.push(i),
-                    None => quantities.push((quantity, scope, vec![i])),
-                }
-            }
-        }
+        let (quantities, splits) = plan_tables(&plan);
         let field_errors = vec![0; plan.metrics.len()];
-        let splits = plan
-            .metrics
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| match m.kind {
-                MetricKind::Value {
-                    quantity: Quantity::GpuUtil,
-                    ..
-                } => Some((i, Split::BySmShare)),
-                MetricKind::Value {
-                    quantity: Quantity::FbUsed,
-                    ..
-                } => Some((i, Split::ByMemory)),
-                _ => None,
-            })
-            .collect();
         Sampler {
             source,
             plan,
@@ -287,7 +359,34 @@ impl Sampler {
             discoveries: 0,
             splits,
             process_pods: PodRefs::default(),
+            hpc_jobs: None,
+            plan_updates: None,
         }
+    }
+
+    /// Follow the plan in `handle`: a reloaded counters CSV is served from the next
+    /// cycle on.
+    pub fn with_plan_updates(mut self, handle: Arc<PlanHandle>) -> Sampler {
+        self.plan_updates = Some(handle);
+        self
+    }
+
+    /// Serve `plan` from now on: the devices are discovered again for it (its label
+    /// fields may differ), and per-field error counts start over.
+    fn set_plan(&mut self, plan: Arc<ExportPlan>) {
+        let (quantities, splits) = plan_tables(&plan);
+        self.field_errors = vec![0; plan.metrics.len()];
+        self.quantities = quantities;
+        self.splits = splits;
+        self.plan = plan;
+        self.devices = None;
+        self.next_discovery = Instant::now();
+    }
+
+    /// Repeat each device's series per HPC job in `jobs` (`--hpc-job-mapping-dir`).
+    pub fn with_hpc_jobs(mut self, jobs: Arc<ArcSwap<HpcJobs>>) -> Sampler {
+        self.hpc_jobs = Some(jobs);
+        self
     }
 
     /// The pod attribution, if on.
@@ -318,6 +417,8 @@ impl Sampler {
             generation: self.discoveries,
             base_labels: labels.clone(),
             labels,
+            copies: vec![None; n],
+            hpc_generation: None,
             holdings: None,
             share_labels: vec![Vec::new(); n],
             allocation_labels: Vec::new(),
@@ -352,6 +453,16 @@ impl Sampler {
     /// Run one cycle and return its snapshot.
     pub fn cycle(&mut self) -> Snapshot {
         let started = Instant::now();
+        if let Some(h) = &self.plan_updates {
+            let plan = h.plan();
+            if !Arc::ptr_eq(&plan, &self.plan) {
+                tracing::info!(
+                    metrics = plan.metrics.len(),
+                    "serving the reloaded counters"
+                );
+                self.set_plan(plan);
+            }
+        }
         self.samples_total += 1;
         self.attribution_time = Duration::ZERO;
         // Whether a passing probe, rather than the backoff, let this discovery through.
@@ -397,6 +508,7 @@ impl Sampler {
         if let Some(a) = &self.attributor {
             snap.attribution = Some(a.status(self.attribution_time.as_secs_f64()));
         }
+        snap.config_reload = self.plan_updates.as_ref().map(|h| h.status());
         snap
     }
 
@@ -485,17 +597,24 @@ impl Sampler {
                 "every reading failed ({why})"
             )));
         }
+        let jobs = self.hpc_jobs.as_ref().map(|j| j.load_full());
+        let jobs_changed = jobs.as_ref().map(|j| j.generation) != d.hpc_generation;
         let holdings = match self.attributor.as_mut() {
             Some(a) => {
                 let t = Instant::now();
                 let (h, changed) = a.holdings(&d.inventory, d.generation);
-                if changed || d.holdings.is_none() {
-                    relabel(d, &h, &self.plan, &self.opts);
+                if changed || d.holdings.is_none() || jobs_changed {
+                    relabel(d, Some(&h), jobs.as_deref(), &self.plan, &self.opts);
                 }
                 self.attribution_time += t.elapsed();
                 Some(h)
             }
-            None => None,
+            None => {
+                if jobs_changed {
+                    relabel(d, None, jobs.as_deref(), &self.plan, &self.opts);
+                }
+                None
+            }
         };
         for e in 0..n {
             let shared = holdings
@@ -636,6 +755,7 @@ impl Sampler {
             };
             snap.entities.push(EntitySnapshot {
                 labels: d.labels[e].clone(),
+                copies: d.copies[e].clone(),
                 is_gpu: d.inventory.entities[e].mig.is_none(),
                 up,
                 last_xid: d.last_xid[e],
@@ -923,6 +1043,8 @@ mod tests {
                 hostname: None,
                 replace_blanks_in_model_name: false,
                 process_metrics: false,
+                pod_uid: false,
+                virtual_gpus: false,
             },
             "".into(),
         )
@@ -1083,6 +1205,8 @@ mod tests {
             pod: pod.into(),
             container: None,
             pod_labels: Vec::new(),
+            pod_uid: None,
+            vgpu: None,
         }
     }
 
@@ -1322,6 +1446,8 @@ mod tests {
                 hostname: None,
                 replace_blanks_in_model_name: false,
                 process_metrics: true,
+                pod_uid: false,
+                virtual_gpus: false,
             },
             "".into(),
         )
@@ -1417,5 +1543,259 @@ mod tests {
         assert_eq!(value(2, util), Some(Value::Int(GPU_UTIL[2] as i64)));
         assert_eq!(value(2, fb), Some(Value::Int(FB_USED_MIB[2] as i64)));
         assert!(snap.entities[2].processes.is_empty());
+    }
+
+    /// The text series of `name` in a snapshot's device families.
+    fn rendered(snap: &Snapshot, name: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        crate::encode::render_device_families(snap, crate::encode::Format::Text, &mut out);
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn opts(pod_uid: bool, virtual_gpus: bool) -> SamplerOptions {
+        SamplerOptions {
+            interval: Duration::from_secs(3600),
+            hostname: None,
+            replace_blanks_in_model_name: false,
+            process_metrics: false,
+            pod_uid,
+            virtual_gpus,
+        }
+    }
+
+    /// Pod `c` holds GPU 0 whole; pods `a` and `b` share GPU 1 as time-slicing replicas
+    /// 0 and 1; every pod has a `team` label and a UID.
+    fn replicas_attributor(proc_root: &std::path::Path) -> Attributor {
+        use crate::attribution::device_id::DeviceId;
+        use crate::attribution::kubelet::{AllocatedDevice, Allocation, KubeletView};
+        use crate::attribution::pods::PodInfo;
+        let alloc = |pod: &str, id: String| Allocation {
+            namespace: "ns".into(),
+            pod: pod.into(),
+            container: "main".into(),
+            resource: "nvidia.com/gpu".into(),
+            shared_resource: false,
+            device: AllocatedDevice::Plugin(id.parse::<DeviceId>().unwrap()),
+        };
+        let kubelet = KubeletView {
+            generation: 1,
+            allocations: vec![
+                alloc("a", format!("{}::0", GPU_UUIDS[1])),
+                alloc("b", format!("{}::1", GPU_UUIDS[1])),
+                alloc("c", GPU_UUIDS[0].to_string()),
+            ],
+            up: true,
+            ..KubeletView::default()
+        };
+        let mut directory = PodDirectory {
+            generation: 2,
+            synced: true,
+            up: true,
+            ..PodDirectory::default()
+        };
+        for (uid, pod) in [(UID_A, "a"), (UID_B, "b"), (UID_C, "c")] {
+            directory.pods.insert(
+                ("ns".to_string(), pod.to_string()),
+                PodInfo {
+                    uid: uid.into(),
+                    labels: vec![("team".into(), format!("team-{pod}"))],
+                },
+            );
+        }
+        Attributor::new(
+            Arc::new(ArcSwap::from_pointee(kubelet)),
+            Arc::new(ArcSwap::from_pointee(directory)),
+            true,
+            proc_root.to_path_buf(),
+        )
+    }
+
+    fn nvlink_and_util_plan() -> ExportPlan {
+        crate::counters::plan(
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n\
+             DCGM_FI_DEV_GPU_UTIL, gauge, u\n",
+            "test.csv",
+        )
+        .unwrap()
+        .0
+    }
+
+    #[test]
+    fn virtual_gpus_repeat_a_shared_gpus_series_per_pod_with_vgpu_and_pod_uid() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let mut s = Sampler::new(
+            Box::new(ThreeGpus { cycles: 0 }),
+            Arc::new(nvlink_and_util_plan()),
+            opts(true, true),
+            "".into(),
+        )
+        .with_attribution(replicas_attributor(proc_root.path()));
+        s.cycle();
+        let snap = s.cycle();
+        let nvlink = rendered(&snap, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL");
+        let on_gpu = |g: usize| -> Vec<&String> {
+            nvlink
+                .iter()
+                .filter(|l| l.contains(&format!("{{gpu=\"{g}\"")))
+                .collect()
+        };
+        // GPU 1: one series per pod, none for the device alone; the same value each.
+        let gpu1 = on_gpu(1);
+        assert_eq!(gpu1.len(), 2, "{nvlink:#?}");
+        assert!(
+            gpu1[0].contains(&format!(
+                "container=\"main\",namespace=\"ns\",pod=\"a\",pod_uid=\"{UID_A}\",vgpu=\"0\"}}"
+            )),
+            "{}",
+            gpu1[0]
+        );
+        assert!(
+            gpu1[1].contains(&format!(
+                "container=\"main\",namespace=\"ns\",pod=\"b\",pod_uid=\"{UID_B}\",vgpu=\"1\"}}"
+            )),
+            "{}",
+            gpu1[1]
+        );
+        let value = |l: &str| l.rsplit_once(' ').unwrap().1.to_string();
+        assert_eq!(value(gpu1[0]), value(gpu1[1]));
+        // dcgm-exporter copies no pod labels in this mode.
+        assert!(nvlink.iter().all(|l| !l.contains("team=")), "{nvlink:#?}");
+        // GPU 0, held whole: its pod, its UID, no replica.
+        let gpu0 = on_gpu(0);
+        assert_eq!(gpu0.len(), 1, "{nvlink:#?}");
+        assert!(
+            gpu0[0].ends_with(&format!(
+                "container=\"main\",namespace=\"ns\",pod=\"c\",pod_uid=\"{UID_C}\"}} {}",
+                value(gpu0[0])
+            )),
+            "{}",
+            gpu0[0]
+        );
+        // GPU 2, free: its own series.
+        assert_eq!(on_gpu(2).len(), 1);
+        assert!(!on_gpu(2)[0].contains("pod="));
+    }
+
+    #[test]
+    fn without_virtual_gpus_pod_labels_are_copied_and_pod_uid_only_when_asked() {
+        let proc_root = tempfile::tempdir().unwrap();
+        for pod_uid in [false, true] {
+            let mut s = Sampler::new(
+                Box::new(ThreeGpus { cycles: 0 }),
+                Arc::new(nvlink_and_util_plan()),
+                opts(pod_uid, false),
+                "".into(),
+            )
+            .with_attribution(replicas_attributor(proc_root.path()));
+            s.cycle();
+            let snap = s.cycle();
+            let nvlink = rendered(&snap, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL");
+            let gpu0: Vec<_> = nvlink.iter().filter(|l| l.contains("gpu=\"0\"")).collect();
+            assert_eq!(gpu0.len(), 1);
+            let uid = if pod_uid {
+                format!(",pod_uid=\"{UID_C}\"")
+            } else {
+                String::new()
+            };
+            assert!(
+                gpu0[0].contains(&format!(
+                    "team=\"team-c\",container=\"main\",namespace=\"ns\",pod=\"c\"{uid}}}"
+                )),
+                "{}",
+                gpu0[0]
+            );
+            // The shared GPU stays one unlabelled series, without vgpu.
+            let gpu1: Vec<_> = nvlink.iter().filter(|l| l.contains("gpu=\"1\"")).collect();
+            assert_eq!(gpu1.len(), 1);
+            assert!(!gpu1[0].contains("pod=") && !gpu1[0].contains("vgpu="));
+        }
+    }
+
+    #[test]
+    fn hpc_jobs_repeat_a_devices_series_per_job_and_follow_changes() {
+        let jobs = Arc::new(ArcSwap::from_pointee(HpcJobs {
+            generation: 1,
+            by_device: [("2".to_string(), vec!["j1".to_string(), "j2".to_string()])]
+                .into_iter()
+                .collect(),
+        }));
+        let mut s = Sampler::new(
+            Box::new(ThreeGpus { cycles: 0 }),
+            Arc::new(nvlink_and_util_plan()),
+            opts(false, false),
+            "".into(),
+        )
+        .with_hpc_jobs(jobs.clone());
+        s.cycle();
+        let snap = s.cycle();
+        let util = rendered(&snap, "DCGM_FI_DEV_GPU_UTIL");
+        let gpu2: Vec<_> = util.iter().filter(|l| l.contains("gpu=\"2\"")).collect();
+        assert_eq!(
+            gpu2.iter()
+                .map(|l| l.split("hpc_job=").nth(1).unwrap_or("none").to_string())
+                .collect::<Vec<_>>(),
+            vec![
+                format!("\"j1\"}} {}", GPU_UTIL[2]),
+                format!("\"j2\"}} {}", GPU_UTIL[2])
+            ]
+        );
+        assert!(util.iter().filter(|l| l.contains("hpc_job")).count() == 2);
+        // A job ends, another starts on GPU 0: the next cycle says so.
+        jobs.store(Arc::new(HpcJobs {
+            generation: 2,
+            by_device: [("0".to_string(), vec!["k9".to_string()])]
+                .into_iter()
+                .collect(),
+        }));
+        let snap = s.cycle();
+        let util = rendered(&snap, "DCGM_FI_DEV_GPU_UTIL");
+        assert_eq!(util.len(), 3, "{util:#?}");
+        let with_job: Vec<_> = util.iter().filter(|l| l.contains("hpc_job")).collect();
+        assert_eq!(with_job.len(), 1);
+        assert!(with_job[0].contains("gpu=\"0\"") && with_job[0].contains("hpc_job=\"k9\""));
+    }
+
+    #[test]
+    fn a_reloaded_plan_is_served_from_the_next_cycle_and_a_failed_one_is_reported() {
+        let handle = Arc::new(PlanHandle::new(Arc::new(nvlink_and_util_plan())));
+        let mut s = Sampler::new(
+            Box::new(ThreeGpus { cycles: 0 }),
+            handle.plan(),
+            opts(false, false),
+            "".into(),
+        )
+        .with_plan_updates(handle.clone());
+        let snap = s.cycle();
+        assert_eq!(rendered(&snap, "DCGM_FI_DEV_GPU_UTIL").len(), 3);
+        assert!(rendered(&snap, "DCGM_FI_DEV_FB_USED").is_empty());
+        assert_eq!(snap.config_reload.map(|r| r.successful), Some(true));
+        let (plan, _) =
+            crate::counters::plan("DCGM_FI_DEV_FB_USED, gauge, m\n", "new.csv").unwrap();
+        handle.succeeded(plan);
+        let snap = s.cycle();
+        assert!(rendered(&snap, "DCGM_FI_DEV_GPU_UTIL").is_empty());
+        assert_eq!(
+            rendered(&snap, "DCGM_FI_DEV_FB_USED")
+                .iter()
+                .map(|l| l.rsplit_once(' ').unwrap().1.to_string())
+                .collect::<Vec<_>>(),
+            FB_USED_MIB
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+        );
+        handle.failed();
+        let snap = s.cycle();
+        assert_eq!(snap.config_reload.map(|r| r.successful), Some(false));
+        assert_eq!(
+            rendered(&snap, "DCGM_FI_DEV_FB_USED").len(),
+            3,
+            "the running plan stays"
+        );
     }
 }

@@ -76,6 +76,10 @@ pub struct XidStat {
 pub struct EntitySnapshot {
     /// The label set, pre-rendered once per inventory: `gpu="0",UUID="…",…`.
     pub labels: Arc<str>,
+    /// When set, the device series are repeated under each of these label sets instead
+    /// of `labels` (one per HPC job; one per pod with `--kubernetes-virtual-gpus`). A
+    /// metric split per pod keeps its shares and its remainder on `labels`.
+    pub copies: Option<Arc<[Arc<str>]>>,
     /// A physical GPU (not a MIG instance).
     pub is_gpu: bool,
     /// False once the GPU (or its parent) has fallen off the bus.
@@ -146,6 +150,8 @@ pub struct Snapshot {
     pub attribution: Option<AttributionStatus>,
     /// Version and source for `gpu_exporter_build_info`.
     pub build_labels: Arc<str>,
+    /// How the last counters reload went, when reloading is on.
+    pub config_reload: Option<crate::plan_reload::ReloadStatus>,
     /// The cached part of the body, once per format and with or without the device
     /// families (see `encode::cached_part`).
     pub(crate) rendered: [RenderCache; RENDER_SLOTS],
@@ -172,6 +178,7 @@ impl Snapshot {
             allocations: Vec::new(),
             attribution: None,
             build_labels,
+            config_reload: None,
             rendered: Default::default(),
         }
     }
@@ -187,6 +194,7 @@ impl Snapshot {
         s.sample_failures_total = last.sample_failures_total;
         s.process_metrics = last.process_metrics;
         s.attribution = last.attribution.clone();
+        s.config_reload = last.config_reload;
         s.source_hung = true;
         s
     }

@@ -31,7 +31,9 @@ mod serve;
 
 pub use client_auth::ClientAuth;
 pub use pem::{ca_bundle_from_pem, load_ca_bundle, load_cert_chain, load_private_key};
-pub use reload::{ReloadError, TlsConfigHandle, watch_files, watch_server_config};
+pub use reload::{
+    ReloadError, TlsConfigHandle, watch_files, watch_files_or_notified, watch_server_config,
+};
 pub use serve::{Limits, PeerCertificates, RemoteAddr, serve};
 
 use std::path::PathBuf;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::ServerConfig;
+use tokio::sync::Notify;
 
 /// The current server configuration; each new connection uses whatever it holds then.
 pub type TlsConfigHandle = Arc<ArcSwap<ServerConfig>>;
@@ -22,8 +23,22 @@ pub type ReloadError = (String, Option<Vec<PathBuf>>);
 /// and two writes can share a second. A reload that fails (half-written file, wrong
 /// key) must leave the running configuration as it was; it is logged once per distinct
 /// error. `what` names the files in the logs. The task ends with the runtime.
-pub fn watch_files<F>(what: &'static str, files: Vec<PathBuf>, interval: Duration, mut reload: F)
+pub fn watch_files<F>(what: &'static str, files: Vec<PathBuf>, interval: Duration, reload: F)
 where
+    F: FnMut() -> Result<Vec<PathBuf>, ReloadError> + Send + 'static,
+{
+    watch_files_or_notified(what, files, interval, Arc::new(Notify::new()), reload);
+}
+
+/// [`watch_files`], and also reload, changed or not, whenever `reload_now` is notified
+/// (a SIGHUP).
+pub fn watch_files_or_notified<F>(
+    what: &'static str,
+    files: Vec<PathBuf>,
+    interval: Duration,
+    reload_now: Arc<Notify>,
+    mut reload: F,
+) where
     F: FnMut() -> Result<Vec<PathBuf>, ReloadError> + Send + 'static,
 {
     tokio::spawn(async move {
@@ -33,9 +48,16 @@ where
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
-            if snapshot(&watched) == last {
+            let forced = tokio::select! {
+                _ = ticker.tick() => false,
+                _ = reload_now.notified() => true,
+            };
+            if !forced && snapshot(&watched) == last {
                 continue;
+            }
+            if forced {
+                // A reload asked for is answered, even with an error already logged.
+                last_error.clear();
             }
             match reload() {
                 Ok(files) => {

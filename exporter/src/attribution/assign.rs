@@ -21,6 +21,11 @@ pub struct Holder {
     pub container: Option<Arc<str>>,
     /// Allow-listed pod labels (sanitised name, value), sorted.
     pub pod_labels: Vec<(String, String)>,
+    /// The pod's UID, once the pod watch knows the pod.
+    pub pod_uid: Option<Arc<str>>,
+    /// The sharing replica the container was given (`::N`, `/vgpuN`): dcgm's `vgpu`.
+    /// The lowest, when it holds several of one device.
+    pub vgpu: Option<u32>,
 }
 
 /// How an entity is held.
@@ -182,10 +187,11 @@ impl Holdings {
         cache: &mut ResolveCache,
     ) -> Holdings {
         let n = inv.entities.len();
-        // entity → (namespace, pod, container) → whether any of its IDs marks sharing
+        // entity → (namespace, pod, container) → (whether any of its IDs marks sharing,
+        // its lowest replica)
         type Key = (Arc<str>, Arc<str>, Arc<str>);
         type PodKey = (Arc<str>, Arc<str>);
-        let mut holders: Vec<BTreeMap<Key, bool>> = vec![BTreeMap::new(); n];
+        let mut holders: Vec<BTreeMap<Key, (bool, Option<u32>)>> = vec![BTreeMap::new(); n];
         let mut unmapped = Vec::new();
         for a in allocations {
             if !pods.may_label(&a.namespace, &a.pod) {
@@ -203,25 +209,30 @@ impl Holdings {
                 unmapped.push(what);
                 continue;
             };
-            let sharing = a.shared_resource
-                || matches!(&a.device, AllocatedDevice::Plugin(id) if id.replica.is_some());
+            let replica = match &a.device {
+                AllocatedDevice::Plugin(id) => id.replica,
+                AllocatedDevice::Dra(_) => None,
+            };
+            let sharing = a.shared_resource || replica.is_some();
             let slot = holders[e]
                 .entry((a.namespace.clone(), a.pod.clone(), a.container.clone()))
-                .or_insert(false);
-            *slot |= sharing;
+                .or_insert((false, None));
+            slot.0 |= sharing;
+            slot.1 = match (slot.1, replica) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
         }
         unmapped.sort();
         unmapped.dedup();
-        let labels_of = |ns: &str, pod: &str| {
-            pods.pods
-                .get(&(ns.to_string(), pod.to_string()))
-                .map(|p| p.labels.clone())
-                .unwrap_or_default()
-        };
+        let known = |ns: &str, pod: &str| pods.pods.get(&(ns.to_string(), pod.to_string()));
+        let labels_of =
+            |ns: &str, pod: &str| known(ns, pod).map(|p| p.labels.clone()).unwrap_or_default();
+        let uid_of = |ns: &str, pod: &str| known(ns, pod).map(|p| Arc::from(p.uid.as_str()));
         let mut per_entity = Vec::with_capacity(n);
         let mut allocations_out = Vec::new();
         for (e, hs) in holders.iter().enumerate() {
-            for (ns, pod, container) in hs.keys() {
+            for ((ns, pod, container), (_, replica)) in hs {
                 allocations_out.push((
                     e,
                     Holder {
@@ -229,19 +240,27 @@ impl Holdings {
                         pod: pod.clone(),
                         container: Some(container.clone()),
                         pod_labels: labels_of(ns, pod),
+                        pod_uid: uid_of(ns, pod),
+                        vgpu: *replica,
                     },
                 ));
             }
-            let shared = hs.len() > 1 || hs.values().any(|s| *s);
+            let shared = hs.len() > 1 || hs.values().any(|s| s.0);
             per_entity.push(match (hs.len(), shared) {
                 (0, _) => Holding::Free,
                 (_, false) => {
                     // One container, not shared: proven by len() == 1 above.
-                    let (ns, pod, container) = hs.keys().next().cloned().unwrap_or_else(|| {
-                        unreachable!("an entity with one holder has a first key")
-                    });
+                    let ((ns, pod, container), (_, replica)) = hs
+                        .iter()
+                        .next()
+                        .map(|(k, v)| (k.clone(), *v))
+                        .unwrap_or_else(|| {
+                            unreachable!("an entity with one holder has a first key")
+                        });
                     Holding::Exclusive(Holder {
                         pod_labels: labels_of(&ns, &pod),
+                        pod_uid: uid_of(&ns, &pod),
+                        vgpu: replica,
                         namespace: ns,
                         pod,
                         container: Some(container),
@@ -249,19 +268,22 @@ impl Holdings {
                 }
                 (_, true) => {
                     // One share per pod; the container is named when only one holds it.
-                    let mut by_pod: BTreeMap<PodKey, Vec<Arc<str>>> = BTreeMap::new();
-                    for (ns, pod, c) in hs.keys() {
+                    let mut by_pod: BTreeMap<PodKey, Vec<(Arc<str>, Option<u32>)>> =
+                        BTreeMap::new();
+                    for ((ns, pod, c), (_, replica)) in hs {
                         by_pod
                             .entry((ns.clone(), pod.clone()))
                             .or_default()
-                            .push(c.clone());
+                            .push((c.clone(), *replica));
                     }
                     Holding::Shared(
                         by_pod
                             .into_iter()
                             .map(|((ns, pod), cs)| Holder {
                                 pod_labels: labels_of(&ns, &pod),
-                                container: (cs.len() == 1).then(|| cs[0].clone()),
+                                pod_uid: uid_of(&ns, &pod),
+                                vgpu: cs.iter().filter_map(|c| c.1).min(),
+                                container: (cs.len() == 1).then(|| cs[0].0.clone()),
                                 namespace: ns,
                                 pod,
                             })
@@ -392,6 +414,8 @@ mod tests {
             pod: pod.into(),
             container: c.map(Into::into),
             pod_labels: vec![],
+            pod_uid: None,
+            vgpu: None,
         }
     }
 
@@ -467,8 +491,15 @@ mod tests {
         assert_eq!(
             h.per_entity[0],
             Holding::Shared(vec![
-                holder("ns", "a", Some("main")),
-                holder("ns", "b", None)
+                Holder {
+                    vgpu: Some(0),
+                    ..holder("ns", "a", Some("main"))
+                },
+                // The lowest of the pod's replicas.
+                Holder {
+                    vgpu: Some(1),
+                    ..holder("ns", "b", None)
+                }
             ])
         );
         // One holder of a shared resource is still a share, not the whole device.

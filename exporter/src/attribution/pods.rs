@@ -92,22 +92,78 @@ pub fn sanitize_label_name(key: &str) -> String {
     out
 }
 
-/// The allow-listed labels of a pod, sanitised and sorted. Two keys that sanitise to
-/// the same name keep the first in allow-list order.
+/// Which pod labels are copied onto GPU series: the keys named by
+/// `--kubernetes-pod-labels`, and, with `--kubernetes-enable-pod-labels`, every key that
+/// one of the `--kubernetes-pod-label-allowlist-regex` patterns matches (all keys when
+/// there is no pattern). A pattern matches anywhere in the key unless anchored, as
+/// dcgm-exporter's Go regexps do.
+#[derive(Debug, Clone, Default)]
+pub struct LabelSelection {
+    pub keys: Vec<String>,
+    /// dcgm-exporter's pod labels: None when off, else the allow-list (empty: all).
+    pub patterns: Option<Vec<regex::Regex>>,
+}
+
+impl LabelSelection {
+    /// From the flags; an allow-list pattern that does not compile is an error naming it.
+    pub fn new(
+        keys: Vec<String>,
+        enable_all: bool,
+        allowlist: &[String],
+    ) -> Result<LabelSelection, String> {
+        let patterns = allowlist
+            .iter()
+            .map(|p| {
+                regex::Regex::new(p).map_err(|e| {
+                    format!("--kubernetes-pod-label-allowlist-regex {p:?} is not a regular expression: {e}")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if !enable_all && !patterns.is_empty() {
+            tracing::warn!(
+                "--kubernetes-pod-label-allowlist-regex has no effect without --kubernetes-enable-pod-labels"
+            );
+        }
+        Ok(LabelSelection {
+            keys,
+            patterns: enable_all.then_some(patterns),
+        })
+    }
+
+    /// Whether any label can be copied at all.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.patterns.is_none()
+    }
+
+    fn matches_pattern(&self, key: &str) -> bool {
+        match &self.patterns {
+            None => false,
+            Some(p) if p.is_empty() => true,
+            Some(p) => p.iter().any(|r| r.is_match(key)),
+        }
+    }
+}
+
+/// The selected labels of a pod, sanitised and sorted. Two keys that sanitise to the
+/// same name keep the first: named keys in flag order, then pattern-matched keys in
+/// byte order.
 pub fn allowed_labels(
     labels: Option<&BTreeMap<String, String>>,
-    allow: &[String],
+    selection: &LabelSelection,
 ) -> Vec<(String, String)> {
     let Some(labels) = labels else {
         return Vec::new();
     };
     let mut out: Vec<(String, String)> = Vec::new();
-    for key in allow {
-        if let Some(v) = labels.get(key) {
-            let name = sanitize_label_name(key);
-            if !out.iter().any(|(n, _)| *n == name) {
-                out.push((name, v.clone()));
-            }
+    let named = selection
+        .keys
+        .iter()
+        .filter_map(|k| labels.get_key_value(k));
+    let matched = labels.iter().filter(|(k, _)| selection.matches_pattern(k));
+    for (key, v) in named.chain(matched) {
+        let name = sanitize_label_name(key);
+        if !out.iter().any(|(n, _)| *n == name) {
+            out.push((name, v.clone()));
         }
     }
     out.sort();
@@ -116,7 +172,7 @@ pub fn allowed_labels(
 
 fn key_and_info(
     meta: &PartialObjectMeta<Pod>,
-    allow: &[String],
+    allow: &LabelSelection,
 ) -> Option<((String, String), PodInfo, Option<String>)> {
     let m = &meta.metadata;
     let key = (m.namespace.clone()?, m.name.clone()?);
@@ -142,7 +198,7 @@ pub fn field_selector(node_name: &str) -> String {
 pub async fn watch(
     client: kube::Client,
     node_name: String,
-    allow: Vec<String>,
+    allow: LabelSelection,
     store: Arc<ArcSwap<PodDirectory>>,
 ) {
     // An Api of PartialObjectMeta asks the API server for metadata only.
@@ -235,10 +291,13 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let allow: Vec<String> = ["team", "app", "a.b", "a/b", "missing"]
-            .into_iter()
-            .map(String::from)
-            .collect();
+        let allow = LabelSelection {
+            keys: ["team", "app", "a.b", "a/b", "missing"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            patterns: None,
+        };
         assert_eq!(
             allowed_labels(Some(&labels), &allow),
             vec![
@@ -246,6 +305,62 @@ mod tests {
                 ("app".to_string(), "resnet".to_string()),
                 ("team".to_string(), "ml".to_string()),
             ]
+        );
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn enabled_pod_labels_copy_every_label_or_those_a_pattern_matches_plus_named_keys() {
+        let pod = labels(&[
+            ("app.kubernetes.io/name", "web"),
+            ("team", "ml"),
+            ("pod-template-hash", "abc"),
+            ("tier", "gold"),
+        ]);
+        let all = LabelSelection::new(vec![], true, &[]).unwrap();
+        assert_eq!(allowed_labels(Some(&pod), &all).len(), 4);
+        // Unanchored, as Go's MatchString: "^t" anchors, "name" matches inside a key.
+        let some = LabelSelection::new(vec![], true, &["^t".into(), "name".into()]).unwrap();
+        assert_eq!(
+            allowed_labels(Some(&pod), &some),
+            vec![
+                ("app_kubernetes_io_name".to_string(), "web".to_string()),
+                ("team".to_string(), "ml".to_string()),
+                ("tier".to_string(), "gold".to_string()),
+            ]
+        );
+        // Named keys are copied whatever the patterns say.
+        let union = LabelSelection::new(vec!["pod-template-hash".into()], true, &["^team$".into()])
+            .unwrap();
+        assert_eq!(
+            allowed_labels(Some(&pod), &union),
+            vec![
+                ("pod_template_hash".to_string(), "abc".to_string()),
+                ("team".to_string(), "ml".to_string()),
+            ]
+        );
+        // Patterns do nothing unless pod labels are enabled.
+        let off = LabelSelection::new(vec!["tier".into()], false, &["team".into()]).unwrap();
+        assert_eq!(
+            allowed_labels(Some(&pod), &off),
+            vec![("tier".to_string(), "gold".to_string())]
+        );
+        assert!(LabelSelection::new(vec![], false, &[]).unwrap().is_empty());
+        assert!(!all.is_empty());
+    }
+
+    #[test]
+    fn a_bad_allowlist_pattern_is_an_error_naming_it() {
+        let e = LabelSelection::new(vec![], true, &["ok".into(), "team(".into()]).unwrap_err();
+        assert!(
+            e.contains("\"team(\"") && e.contains("--kubernetes-pod-label-allowlist-regex"),
+            "{e}"
         );
     }
 

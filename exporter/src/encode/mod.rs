@@ -452,16 +452,26 @@ pub(crate) fn walk_device_families<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &m
                     sink.sample(&share.labels, &[], Sample::Dcgm(*pv));
                 }
             }
-            match (field.kind, entity.last_xid) {
-                (MetricKind::LastXid, Some(code)) if code != 0 => {
-                    let code_text = code.to_string();
-                    sink.sample(
-                        &entity.labels,
-                        &[("err_code", &code_text), ("err_msg", xid::message(code))],
-                        Sample::Dcgm(v),
-                    );
+            let split = entity
+                .shares
+                .iter()
+                .any(|s| s.values.iter().any(|(i, _)| *i == m));
+            let label_sets = match &entity.copies {
+                Some(copies) if !split => copies,
+                _ => std::slice::from_ref(&entity.labels),
+            };
+            for labels in label_sets {
+                match (field.kind, entity.last_xid) {
+                    (MetricKind::LastXid, Some(code)) if code != 0 => {
+                        let code_text = code.to_string();
+                        sink.sample(
+                            labels,
+                            &[("err_code", &code_text), ("err_msg", xid::message(code))],
+                            Sample::Dcgm(v),
+                        );
+                    }
+                    _ => sink.sample(labels, &[], Sample::Dcgm(v)),
                 }
-                _ => sink.sample(&entity.labels, &[], Sample::Dcgm(v)),
             }
         }
     }
@@ -641,6 +651,22 @@ pub(crate) fn walk_snapshot_metrics<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &
         "Sampling cycles in which the GPU driver did not answer.",
         snap.sample_failures_total as f64,
     );
+    if let Some(r) = &snap.config_reload {
+        scalar(
+            sink,
+            MetricType::Gauge,
+            "config_last_reload_successful",
+            "1 if the last load of the counters CSV succeeded, else 0 (the previous counters are still served).",
+            if r.successful { 1.0 } else { 0.0 },
+        );
+        scalar(
+            sink,
+            MetricType::Gauge,
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful load of the counters CSV.",
+            unix_seconds(r.last_success),
+        );
+    }
     if let Some(a) = &snap.attribution {
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
         scalar(

@@ -637,6 +637,8 @@ mod tests {
                 hostname: Some(("Hostname".into(), "node \"7\" \\ x\ny".into())),
                 replace_blanks_in_model_name: false,
                 process_metrics: true,
+                pod_uid: false,
+                virtual_gpus: false,
             },
             Arc::from(r#"version="0.1.0",source="C:\\sim \"golden\"\nnode""#),
         );
