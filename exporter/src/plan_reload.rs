@@ -109,9 +109,8 @@ pub fn load_local(source: &PlanSource) -> Result<ExportPlan> {
 pub async fn fetch_configmap(client: &kube::Client, namespace: &str, name: &str) -> Result<String> {
     let what = format!("configmap/{namespace}/{name}");
     let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), namespace);
-    let map = api
-        .get_opt(name)
-        .await
+    let found = api.get_opt(name).await;
+    let map = found
         .map_err(|e| Error::Config(format!("cannot read {what}: {e}")))?
         .ok_or_else(|| Error::Config(format!("{what} does not exist")))?;
     map.data
