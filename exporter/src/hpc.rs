@@ -31,7 +31,7 @@ pub struct HpcJobs {
     /// Changes whenever `by_device` changes.
     pub generation: u64,
     /// Device key (`"0"`, `"2.1"`) → its jobs, in file order.
-    pub by_device: BTreeMap<String, Vec<String>>,
+    pub by_device: JobsByDevice,
 }
 
 impl HpcJobs {
@@ -104,11 +104,12 @@ pub fn parse(text: &str) -> Result<Vec<String>, (usize, String)> {
     Ok(jobs)
 }
 
+/// Device key → its jobs.
+pub type JobsByDevice = BTreeMap<String, Vec<String>>;
+
 /// Read the directory: every mapping file that reads, and the problems of those that
 /// do not (keyed by device, so a caller can keep their last good reading).
-pub fn read_dir(
-    dir: &Path,
-) -> std::io::Result<(BTreeMap<String, Vec<String>>, Vec<(String, Problem)>)> {
+pub fn read_dir(dir: &Path) -> std::io::Result<(JobsByDevice, Vec<(String, Problem)>)> {
     let mut jobs = BTreeMap::new();
     let mut problems = Vec::new();
     for entry in std::fs::read_dir(dir)? {

@@ -268,8 +268,9 @@ impl Holdings {
                 }
                 (_, true) => {
                     // One share per pod; the container is named when only one holds it.
-                    let mut by_pod: BTreeMap<PodKey, Vec<(Arc<str>, Option<u32>)>> =
-                        BTreeMap::new();
+                    // Pod → its containers, with their replicas.
+                    type Containers = Vec<(Arc<str>, Option<u32>)>;
+                    let mut by_pod: BTreeMap<PodKey, Containers> = BTreeMap::new();
                     for ((ns, pod, c), (_, replica)) in hs {
                         by_pod
                             .entry((ns.clone(), pod.clone()))
