@@ -17,6 +17,7 @@ use std::time::UNIX_EPOCH;
 /// Self-metrics whose values depend on timing, not on the scenario.
 const VOLATILE: &[&str] = &[
     "gpu_exporter_last_sample_timestamp_seconds ",
+    "gpu_exporter_config_last_reload_success_timestamp_seconds ",
     "gpu_exporter_sample_duration_seconds ",
     "gpu_exporter_samples_total ",
     "gpu_exporter_scrape_duration_seconds_bucket{",
