@@ -5,6 +5,7 @@
 
 mod adapter;
 mod adapter_auth;
+mod adapter_composite;
 mod adapter_discovery;
 mod adapter_prometheus;
 mod attribution;
