@@ -13,6 +13,7 @@ mod cluster;
 mod dashboards;
 mod demo;
 mod deploy;
+mod deploy_llm_serving;
 mod faults;
 mod faults_adapter;
 mod features;
