@@ -10,6 +10,7 @@ mod adapter_discovery;
 mod adapter_prometheus;
 mod attribution;
 mod cluster;
+mod cluster_composite;
 mod dashboards;
 mod demo;
 mod deploy;
