@@ -17,8 +17,8 @@ const HPA: &str = "resnet-inference-pressure";
 const TARGET_MILLI: i64 = 100_000;
 
 /// composites.conf's `pressure`, written out here.
-fn pressure(util: f64, mem: f64) -> f64 {
-    (util / 70.0).max(mem / 90.0) * 100.0
+fn pressure(util: f64, tensor: f64) -> f64 {
+    (util / 70.0).max(tensor / 50.0) * 100.0
 }
 
 /// The aggregator's per-pod answer for the example's pods: pod → value.
@@ -61,8 +61,8 @@ fn hpa_status(c: &Cluster) -> serde_json::Value {
 
 /// Set the utilisation and wait until every running pod's composite equals the
 /// formula over its own inputs, all pods agree, and the HPA wants what it has.
-/// Returns (replicas, the per-pod pressure, the pods' memory utilisation).
-fn settle(c: &Cluster, percent: u32) -> (i64, f64, f64) {
+/// Returns (replicas, the per-pod pressure).
+fn settle(c: &Cluster, percent: u32) -> (i64, f64) {
     c.set_utilization(percent);
     c.wait(
         &format!("{HPA} steady at {percent} %"),
@@ -73,12 +73,12 @@ fn settle(c: &Cluster, percent: u32) -> (i64, f64, f64) {
             (d["status"]["readyReplicas"].as_i64()? == replicas).then_some(())?;
             (running(c) as i64 == replicas).then_some(())?;
             let util = per_pod(c, "gpu_utilization")?;
-            let mem = per_pod(c, "gpu_memory_utilization")?;
+            let tensor = per_pod(c, "gpu_tensor_active")?;
             let composite = per_pod(c, "pressure")?;
             (composite.len() as i64 == replicas).then_some(())?;
             (util.values().all(|u| *u == f64::from(percent))).then_some(())?;
             for (pod, value) in &composite {
-                let want = pressure(util[pod], *mem.get(pod)?);
+                let want = pressure(*util.get(pod)?, *tensor.get(pod)?);
                 ((value - want).abs() < 0.01).then_some(())?;
             }
             let first = *composite.values().next()?;
@@ -91,8 +91,27 @@ fn settle(c: &Cluster, percent: u32) -> (i64, f64, f64) {
                 s["currentReplicas"].as_i64()?,
                 s["desiredReplicas"].as_i64()?,
             );
-            let mem = *mem.values().next()?;
-            (current == replicas && desired == replicas).then_some((replicas, first, mem))
+            (current == replicas && desired == replicas).then_some((replicas, first))
+        },
+    )
+}
+
+/// The pods' composite once every pod's utilisation reads `percent`, checked against
+/// the formula over each pod's own inputs.
+fn pressure_at(c: &Cluster, percent: u32) -> f64 {
+    c.wait(
+        &format!("the composite at {percent} %"),
+        Duration::from_secs(60),
+        || {
+            let util = per_pod(c, "gpu_utilization")?;
+            let tensor = per_pod(c, "gpu_tensor_active")?;
+            let composite = per_pod(c, "pressure")?;
+            util.values()
+                .all(|u| *u == f64::from(percent))
+                .then_some(())?;
+            let (pod, value) = composite.iter().next()?;
+            let want = pressure(*util.get(pod)?, *tensor.get(pod)?);
+            ((value - want).abs() < 0.01).then_some(want)
         },
     )
 }
@@ -100,7 +119,7 @@ fn settle(c: &Cluster, percent: u32) -> (i64, f64, f64) {
 /// Change the utilisation from a settled state and wait for the HPA's next decision;
 /// check it against the HPA formula on the average it reports having read, which must
 /// lie between the old and the new pressure. Returns (before, after, seconds).
-fn step(c: &Cluster, settled: f64, percent: u32, new_pressure: f64) -> (i64, i64, f64) {
+fn step(c: &Cluster, settled: f64, percent: u32) -> (i64, i64, f64) {
     let before = hpa_status(c)["desiredReplicas"].as_i64().expect("desired");
     c.set_utilization(percent);
     let changed = Instant::now();
@@ -116,6 +135,7 @@ fn step(c: &Cluster, settled: f64, percent: u32, new_pressure: f64) -> (i64, i64
         )
     });
     let latency = changed.elapsed().as_secs_f64();
+    let new_pressure = pressure_at(c, percent);
     let current = status["currentReplicas"].as_i64().expect("current");
     let desired = status["desiredReplicas"].as_i64().expect("desired");
     let metric = &status["currentMetrics"][0]["pods"];
@@ -149,12 +169,13 @@ fn a_real_hpa_scales_on_the_composite_metric_up_and_back_down() {
     let c = Cluster::up_with(&[("ADAPTER_ARGS", args.as_str())]);
     // The example replaces examples/hpa's HPA: two on one Deployment would both stop.
     c.ok(&["delete", "hpa", "-n", NS, "resnet-inference"]);
-    let example = workspace().join("deploy/examples/composite-hpa");
+    // The example's HPA (its Deployment is the one `up` runs, adapted to the nodes).
+    let hpa_file = workspace().join("deploy/examples/composite-hpa/hpa.yaml");
     c.ok(&[
         "apply",
         "--server-side",
-        "-k",
-        example.to_str().expect("path"),
+        "-f",
+        hpa_file.to_str().expect("path"),
     ]);
     // Immediate scale-down for the test (the example waits 300 s, as production should).
     c.ok(&[
@@ -168,13 +189,11 @@ fn a_real_hpa_scales_on_the_composite_metric_up_and_back_down() {
         "-p",
         r#"{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0}}}}"#,
     ]);
-    // The simulated GPUs' memory does not follow their utilisation: the composite's
-    // next value is the formula at the new utilisation and the memory read now.
-    let (start, p70, mem) = settle(&c, 70);
-    let (_, up, _) = step(&c, p70, 100, pressure(100.0, mem));
+    let (start, p70) = settle(&c, 70);
+    let (_, up, _) = step(&c, p70, 100);
     assert!(up > start, "scaled up on the composite: {start} → {up}");
-    let (now, p70, mem) = settle(&c, 70);
-    let (_, down, _) = step(&c, p70, 35, pressure(35.0, mem));
+    let (now, p70) = settle(&c, 70);
+    let (_, down, _) = step(&c, p70, 35);
     assert!(down < now, "scaled down on the composite: {now} → {down}");
     let active = hpa_status(&c)["conditions"]
         .as_array()
