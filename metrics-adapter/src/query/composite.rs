@@ -214,7 +214,7 @@ impl Catalog {
                     "{requested}: {name} is one value, not a value per pod: it takes no aggregation"
                 ));
             }
-            Metric::Signal(*s)
+            Metric::Signal(s)
         } else {
             return Err(format!("no metric {name:?}"));
         };

@@ -92,7 +92,7 @@ pub fn parse_spec(text: &str) -> Result<SignalSpec, Error> {
 }
 
 /// `name` or `name{k="v",...}`.
-fn parse_series(text: &str) -> Result<(String, Vec<(String, String)>), String> {
+fn parse_series(text: &str) -> Result<(String, Labels), String> {
     let (family, rest) = match text.find('{') {
         Some(i) => (&text[..i], Some(&text[i..])),
         None => (text, None),
@@ -117,8 +117,11 @@ fn parse_series(text: &str) -> Result<(String, Vec<(String, String)>), String> {
     Ok((family.to_string(), labels))
 }
 
+/// Label pairs in order.
+type Labels = Vec<(String, String)>;
+
 /// `{k="v",...}` at the start of `text`: the labels and what follows.
-fn parse_labels(text: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(text: &str) -> Result<(Labels, &str), String> {
     let mut rest = text
         .strip_prefix('{')
         .ok_or_else(|| "expected {".to_string())?;
