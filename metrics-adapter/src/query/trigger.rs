@@ -424,4 +424,92 @@ mod tests {
         let e = evaluate(&s, "ns", &t).unwrap_err();
         assert!(matches!(e, Error::Stale { pods: 2, .. }), "{e:?}");
     }
+
+    /// A state with the signal `gateway_queue` declared in `ns` and read `age` ago as
+    /// `value` (never read when `None`).
+    fn with_signal(reading: Option<(f64, std::time::Duration)>) -> AppState {
+        use crate::query::composite::Catalog;
+        use crate::source::signal::Reading;
+        let mut s = state(&[], &[]);
+        s.catalog = std::sync::Arc::new(
+            Catalog::new(&[], &[("ns".to_string(), "gateway_queue".to_string())]).unwrap(),
+        );
+        if let Some((value, age)) = reading {
+            s.signals.send_modify(|sig| {
+                sig.readings.insert(
+                    ("ns".into(), "gateway_queue".into()),
+                    Reading {
+                        value,
+                        at: std::time::SystemTime::UNIX_EPOCH,
+                        seen: Instant::now() - age,
+                    },
+                );
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn a_signal_trigger_reads_the_signal_and_never_invents_a_value() {
+        let m = meta(&[("metric", "gateway_queue"), ("targetValue", "8")]);
+        let fresh = with_signal(Some((3.0, std::time::Duration::from_secs(1))));
+        let t = parse_trigger(&fresh, "ns", &m).unwrap();
+        assert!(t.pods.is_none());
+        assert_eq!(evaluate(&fresh, "ns", &t).unwrap(), 3.0);
+        // Another namespace has no such signal.
+        let e = parse_trigger(&fresh, "other", &m).unwrap_err().to_string();
+        assert!(e.contains("unknown \"gateway_queue\""), "{e}");
+        // Never read, or read too long ago: an error, not 0.
+        for s in [
+            with_signal(None),
+            with_signal(Some((3.0, std::time::Duration::from_secs(300)))),
+        ] {
+            let t = parse_trigger(&s, "ns", &m).unwrap();
+            let e = evaluate(&s, "ns", &t).unwrap_err();
+            assert_eq!(tonic::Status::from(e).code(), tonic::Code::Unavailable);
+        }
+        // Pods do not apply to a signal.
+        let with_pods = meta(&[
+            ("metric", "gateway_queue"),
+            ("targetValue", "8"),
+            ("deployment", "llm"),
+        ]);
+        let e = parse_trigger(&fresh, "ns", &with_pods)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("signal without pods"), "{e}");
+    }
+
+    #[test]
+    fn a_suffix_picks_the_aggregation_and_may_not_contradict_the_key() {
+        let values = [
+            ("web-0", 70.0),
+            ("web-1", 20.0),
+            ("web-2", 45.0),
+            ("web-3", 90.0),
+        ];
+        let s = state(&["web-0", "web-1", "web-2", "web-3"], &values);
+        let base = [("targetValue", "60"), ("podSelector", "app=web")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            meta(&pairs)
+        };
+        let t = parse_trigger(&s, "ns", &with(&[("metric", "gpu_utilization:p95")])).unwrap();
+        assert_eq!(t.aggregation, Aggregation::Quantile(0.95));
+        // p95 of 20, 45, 70, 90: rank 2.85, between 70 and 90.
+        let want = 70.0 + 0.85 * (90.0 - 70.0);
+        assert!((evaluate(&s, "ns", &t).unwrap() - want).abs() < 1e-9);
+        let same = with(&[("metric", "gpu_utilization:max"), ("aggregation", "max")]);
+        assert_eq!(
+            parse_trigger(&s, "ns", &same).unwrap().aggregation,
+            Aggregation::Max
+        );
+        let clash = with(&[("metric", "gpu_utilization:max"), ("aggregation", "p95")]);
+        let e = parse_trigger(&s, "ns", &clash).unwrap_err().to_string();
+        assert!(e.contains("contradicts"), "{e}");
+        let bad = with(&[("metric", "gpu_utilization:p200")]);
+        let e = parse_trigger(&s, "ns", &bad).unwrap_err().to_string();
+        assert!(e.contains("not an aggregation"), "{e}");
+    }
 }
