@@ -88,7 +88,7 @@ async fn serve(cli: Cli) -> Result<(), Error> {
     let telemetry = Arc::new(Telemetry::new(fleet.clone(), cli.staleness()));
     let catalog = Arc::new(cli.catalog()?);
     let targets = start_source(&cli, fleet.clone(), telemetry.source.clone())?;
-    let signals = start_signals(&cli)?;
+    let signals = start_signals(&cli, telemetry.source.clone())?;
     start_watches(&cli, targets, pods.clone()).await?;
     let state = Arc::new(AppState {
         fleet,
@@ -164,7 +164,10 @@ fn start_source(
 }
 
 /// The signal loop, when --signal declares any.
-fn start_signals(cli: &Cli) -> Result<source::signal::SignalsHandle, Error> {
+fn start_signals(
+    cli: &Cli,
+    metrics: SourceMetrics,
+) -> Result<source::signal::SignalsHandle, Error> {
     let signals = source::signal::handle();
     if cli.signals.is_empty() {
         return Ok(signals);
@@ -190,6 +193,7 @@ fn start_signals(cli: &Cli) -> Result<source::signal::SignalsHandle, Error> {
         interval: cli.signal_interval,
         timeout: cli.scrape_timeout.min(cli.signal_interval * 4),
         limits: cli.limits()?,
+        metrics,
     };
     let client =
         source::signal::client().map_err(|e| Error::Config(format!("the signal client: {e}")))?;

@@ -225,6 +225,7 @@ pub struct SignalOptions {
     pub interval: Duration,
     pub timeout: Duration,
     pub limits: Limits,
+    pub metrics: super::SourceMetrics,
 }
 
 async fn read_one(client: &Client, opts: &SignalOptions, spec: &SignalSpec) -> Result<f64, Error> {
@@ -332,6 +333,8 @@ pub async fn run(opts: SignalOptions, client: Client, signals: SignalsHandle) {
             let mut changed = false;
             for (spec, result) in opts.specs.iter().zip(&results) {
                 let key = (spec.namespace.clone(), spec.name.clone());
+                opts.metrics
+                    .signal_read(&spec.namespace, &spec.name, result.is_ok());
                 let was_failing = failing.insert(key.clone(), result.is_err()).unwrap_or(false);
                 match result {
                     Ok(value) => {

@@ -381,6 +381,20 @@ fn a_gateway_queue_wakes_keda_within_a_second() {
         let bad = client.is_active(meta).await.expect_err("refused");
         assert_eq!(bad.code(), tonic::Code::InvalidArgument);
     });
+    // The reads are counted, the failed ones apart.
+    let (status, text) = get(&format!("{}/metrics", a.base));
+    assert_eq!(status, 200, "{text}");
+    let count = |result: &str| {
+        e2e_tests::sample_value(
+            &text,
+            &format!(
+                "gpu_metrics_adapter_signal_reads_total{{namespace=\"inference\",signal=\"gateway_requests_waiting\",result=\"{result}\"}}"
+            ),
+        )
+        .unwrap_or(0.0)
+    };
+    assert!(count("success") >= 10.0, "{text}");
+    assert!(count("failure") >= 1.0, "{text}");
     let worst = latencies.iter().max().expect("five rounds");
     eprintln!("gateway queue → StreamIsActive push: {latencies:?}, worst {worst:?}");
     assert!(*worst < Duration::from_secs(1));
