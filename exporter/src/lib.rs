@@ -66,8 +66,23 @@ fn all_devices(cli: &Cli) -> Result<Box<dyn GpuSource>> {
 }
 
 /// Load the counters plan named by the flags, logging its warnings.
+/// Counters files that dcgm-exporter's image ships and deployments name without mounting
+/// them (the GPU Operator sets DCGM_EXPORTER_COLLECTORS to the second). The rows they
+/// enable are dcgm-exporter's default list, which is built in.
+const DCGM_IMAGE_COUNTERS_FILES: &[&str] = &[
+    "/etc/dcgm-exporter/default-counters.csv",
+    "/etc/dcgm-exporter/dcp-metrics-included.csv",
+];
+
 pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
     let (plan, warnings) = match &cli.collectors {
+        Some(path)
+            if DCGM_IMAGE_COUNTERS_FILES.iter().any(|f| path.as_os_str() == *f)
+                && !path.exists() =>
+        {
+            tracing::info!(file = %path.display(), "dcgm-exporter's image file is not mounted here: serving the same counters, built in");
+            counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?
+        }
         Some(path) => counters::load(path)?,
         None => counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?,
     };

@@ -14,6 +14,9 @@ fn main() -> ExitCode {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.with_ansi(false).init(),
     }
+    if cli.debug {
+        tracing::debug!("debug output is enabled");
+    }
     match gpu_exporter::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

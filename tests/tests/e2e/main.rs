@@ -10,6 +10,7 @@ mod adapter_prometheus;
 mod attribution;
 mod cluster;
 mod dashboards;
+mod dcgm_dropin;
 mod demo;
 mod deploy;
 mod faults;
