@@ -179,7 +179,7 @@ pub struct Cli {
     pub tls_handshake_timeout: Duration,
 
     /// Connections served at once; more are closed at once, except a few that may only
-    /// ask /healthz and /readyz so probes still pass under a flood.
+    /// ask /healthz, /readyz and /health so probes still pass under a flood.
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
 

@@ -93,10 +93,12 @@ impl AppState {
                 age.as_secs_f64(),
                 self.max_age().as_secs_f64()
             )),
-            Some(_) if snap.entities.is_empty() => Err(
+            // While the driver is down the snapshot lists no device; staleness, above,
+            // says so after its grace.
+            Some(_) if snap.source_up && snap.entities.is_empty() => Err(
                 "no GPU to report: NVML lists none on this node, or --devices selects none".into(),
             ),
-            Some(_) if !snap.entities.iter().any(|e| e.up) => {
+            Some(_) if snap.source_up && !snap.entities.iter().any(|e| e.up) => {
                 Err("every GPU is lost (fallen off the bus)".into())
             }
             Some(_) => Ok(()),
@@ -566,5 +568,74 @@ mod tests {
         assert!(!accepts("deflate, br"));
         assert!(!accepts("gzip;q=0"));
         assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+    use crate::snapshot::{EntitySnapshot, Snapshot};
+
+    fn state_with(edit: impl FnOnce(&mut Snapshot)) -> AppState {
+        let plan = Arc::new(
+            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "test")
+                .expect("default plan")
+                .0,
+        );
+        let mut snap = Snapshot::empty(plan, Arc::from(""));
+        snap.source_up = true;
+        snap.last_success = Some((Instant::now(), std::time::SystemTime::now()));
+        edit(&mut snap);
+        let store = Arc::new(SnapshotStore::new(snap));
+        AppState::new(store, Duration::from_secs(1), false)
+    }
+
+    fn device(up: bool) -> EntitySnapshot {
+        EntitySnapshot {
+            labels: Arc::from("gpu=\"0\""),
+            is_gpu: true,
+            up,
+            last_xid: None,
+            xids: Default::default(),
+            processes: Vec::new(),
+            shares: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn health_needs_fresh_data_from_a_served_device() {
+        let now = Instant::now();
+        let ok = state_with(|s| s.entities = vec![device(false), device(true)]);
+        assert_eq!(ok.readiness(now), Ok(()));
+        for (state, says) in [
+            (state_with(|_| {}), "no GPU to report"),
+            (
+                state_with(|s| s.entities = vec![device(false)]),
+                "every GPU is lost",
+            ),
+            (
+                state_with(|s| {
+                    s.entities = vec![device(true)];
+                    s.source_hung = true;
+                }),
+                "the driver is hung",
+            ),
+            (
+                state_with(|s| {
+                    s.entities = vec![device(true)];
+                    s.last_success = None;
+                }),
+                "no successful GPU sample yet",
+            ),
+        ] {
+            let why = state.readiness(now).expect_err(says);
+            assert!(why.contains(says), "{why}");
+        }
+        // A driver that stopped answering a moment ago lists no device: within the
+        // staleness grace that is not "no GPU".
+        let down = state_with(|s| s.source_up = false);
+        assert_eq!(down.readiness(now), Ok(()));
+        let stale = down.readiness(now + Duration::from_secs(4)).unwrap_err();
+        assert!(stale.contains("old"), "{stale}");
     }
 }

@@ -263,10 +263,10 @@ fn health_fails_while_the_driver_hangs_and_recovers() {
     );
     let status = || try_get(&e.url("/health"), &[]).ok();
     wait_for("healthy", PATIENCE, || status().filter(|(s, _)| *s == 200));
-    let (_, why) = wait_for("unhealthy while hung", PATIENCE, || {
-        status().filter(|(s, _)| *s == 503)
+    // Stale data fails it first; once the call is over its budget, it says hung.
+    wait_for("unhealthy, saying the driver is hung", PATIENCE, || {
+        status().filter(|(s, why)| *s == 503 && why.contains("the driver is hung"))
     });
-    assert!(why.contains("hung"), "{why}");
     wait_for("healthy again", PATIENCE, || status().filter(|(s, _)| *s == 200));
 }
 
