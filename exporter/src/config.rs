@@ -221,7 +221,7 @@ pub struct Cli {
 
     /// Print version.
     #[arg(short = 'v', long, short_alias = 'V', action = ArgAction::Version)]
-    version: (),
+    pub version: (),
 
     // ---- dcgm-exporter flags accepted for compatibility but without effect here: each,
     // when given, is logged once at startup with the reason (Cli::ignored_flags).

@@ -77,7 +77,9 @@ const DCGM_IMAGE_COUNTERS_FILES: &[&str] = &[
 pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
     let (plan, warnings) = match &cli.collectors {
         Some(path)
-            if DCGM_IMAGE_COUNTERS_FILES.iter().any(|f| path.as_os_str() == *f)
+            if DCGM_IMAGE_COUNTERS_FILES
+                .iter()
+                .any(|f| path.as_os_str() == *f)
                 && !path.exists() =>
         {
             tracing::info!(file = %path.display(), "dcgm-exporter's image file is not mounted here: serving the same counters, built in");

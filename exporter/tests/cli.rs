@@ -242,7 +242,9 @@ fn each_ignored_dcgm_exporter_flag_is_logged_once_with_its_reason() {
     ] {
         let lines: Vec<&&str> = ignored
             .iter()
-            .filter(|l| l.contains(&format!("flag=\"{flag}\"")) || l.contains(&format!("flag={flag} ")))
+            .filter(|l| {
+                l.contains(&format!("flag=\"{flag}\"")) || l.contains(&format!("flag={flag} "))
+            })
             .collect();
         assert_eq!(lines.len(), 1, "{flag}: {log}");
         assert!(lines[0].contains(reason), "{flag}: {}", lines[0]);
@@ -258,7 +260,13 @@ fn dcgm_exporter_spellings_of_flags_and_values_are_accepted() {
     // Go's flag syntax: single-dash long names (and the -rbmn alias), =BOOL values,
     // Go's boolean spellings in the environment.
     let log = startup_log(
-        &["-collect-interval", "250", "-rbmn", "--no-hostname=false", "-k=false"],
+        &[
+            "-collect-interval",
+            "250",
+            "-rbmn",
+            "--no-hostname=false",
+            "-k=false",
+        ],
         &[("DCGM_EXPORTER_DEBUG", "1")],
     );
     assert!(log.contains("interval_ms=250"), "{log}");
@@ -272,7 +280,10 @@ fn dcgm_exporter_spellings_of_flags_and_values_are_accepted() {
     assert!(log.contains("listening"), "{log}");
 
     let (code, out) = run(&["-v"], &[]);
-    assert_eq!((code, out.trim()), (0, concat!("gpu-exporter ", env!("CARGO_PKG_VERSION"))));
+    assert_eq!(
+        (code, out.trim()),
+        (0, concat!("gpu-exporter ", env!("CARGO_PKG_VERSION")))
+    );
 }
 
 #[test]
@@ -281,7 +292,10 @@ fn invalid_values_of_dcgm_exporter_flags_stop_startup_clearly() {
         (&["-d", "g:0:1"][..], "only be one specified range"),
         (&["-d", "x"][..], "expected f, g[:IDS] or i[:IDS]"),
         (&["--cpu-devices", "g:a"][..], "invalid device ID \"a\""),
-        (&["--kubernetes-gpu-id-type", "uuid"][..], "possible values: uid, device-name"),
+        (
+            &["--kubernetes-gpu-id-type", "uuid"][..],
+            "possible values: uid, device-name",
+        ),
         (&["--dcgm-log-level", "LOUD"][..], "possible values: NONE"),
         (&["--kubernetes=yes"][..], "\"yes\" is not a boolean"),
         (&["-x", "five"][..], "five"),

@@ -6,8 +6,7 @@
 //! explicit address stays single-stack.
 
 use e2e_tests::{
-    Exporter, Process, binary, fake_nvml, free_port, get, scratch_dir, try_get, wait_for,
-    workspace,
+    Exporter, Process, binary, fake_nvml, free_port, get, scratch_dir, try_get, wait_for, workspace,
 };
 use std::collections::BTreeSet;
 use std::net::{Ipv6Addr, TcpListener};
@@ -119,11 +118,10 @@ fn helm_chart_and_gpu_operator_argument_lists_start_and_answer_over_ipv4_and_ipv
             bases.push(format!("http://[::1]:{port}"));
         }
         for base in &bases {
-            let (status, body, content_type) = wait_for(
-                &format!("{name}: /health over {base}"),
-                PATIENCE,
-                || health(base).ok().filter(|(status, _, _)| *status == 200),
-            );
+            let (status, body, content_type) =
+                wait_for(&format!("{name}: /health over {base}"), PATIENCE, || {
+                    health(base).ok().filter(|(status, _, _)| *status == 200)
+                });
             assert_eq!(
                 (status, body.as_str(), content_type.as_str()),
                 (200, "OK", "text/plain; charset=utf-8"),
@@ -145,7 +143,8 @@ fn helm_chart_and_gpu_operator_argument_lists_start_and_answer_over_ipv4_and_ipv
                 .collect();
             assert_eq!(ignored.len(), 1, "{name}: {ignored:#?}");
             assert!(
-                ignored[0].contains("--remote-hostengine-info") && ignored[0].contains("hostengine"),
+                ignored[0].contains("--remote-hostengine-info")
+                    && ignored[0].contains("hostengine"),
                 "{name}: {ignored:#?}"
             );
         }
@@ -155,9 +154,8 @@ fn helm_chart_and_gpu_operator_argument_lists_start_and_answer_over_ipv4_and_ipv
 /// How many GPUs and MIG instances tests/fixtures/golden-node.toml has, from the
 /// scenario itself.
 fn served_devices_of_golden_node() -> usize {
-    let scenario =
-        gpu_sim::Scenario::load(&workspace().join("tests/fixtures/golden-node.toml"))
-            .expect("scenario");
+    let scenario = gpu_sim::Scenario::load(&workspace().join("tests/fixtures/golden-node.toml"))
+        .expect("scenario");
     scenario
         .gpus
         .iter()
@@ -217,14 +215,25 @@ fn an_explicit_address_stays_single_stack() {
 fn devices_narrows_the_served_gpus_and_mig_instances() {
     let all = Exporter::start(&["--simulate", "-c", "200"], &[]);
     let every = served_devices(&all.metrics_after_samples(2));
-    let gpus: BTreeSet<String> = every.iter().filter(|d| d.ends_with("GPU_I_ID=-")).cloned().collect();
+    let gpus: BTreeSet<String> = every
+        .iter()
+        .filter(|d| d.ends_with("GPU_I_ID=-"))
+        .cloned()
+        .collect();
     let instances: BTreeSet<String> = every.difference(&gpus).cloned().collect();
-    assert!(gpus.len() >= 3 && instances.len() >= 2, "the demo node has GPUs and MIG: {every:?}");
+    assert!(
+        gpus.len() >= 3 && instances.len() >= 2,
+        "the demo node has GPUs and MIG: {every:?}"
+    );
     let first_instance = instances
         .iter()
         .min_by_key(|d| {
             let n = |k: &str| -> u32 {
-                d.split(&format!("{k}=")).nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap_or(u32::MAX)
+                d.split(&format!("{k}="))
+                    .nth(1)
+                    .and_then(|s| s.split(' ').next())
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(u32::MAX)
             };
             (n("gpu"), n("GPU_I_ID"))
         })
@@ -233,7 +242,17 @@ fn devices_narrows_the_served_gpus_and_mig_instances() {
 
     for (devices, expected) in [
         ("g", gpus.clone()),
-        ("g:0,2-3", gpus.iter().filter(|d| ["gpu=0 ", "gpu=2 ", "gpu=3 "].iter().any(|p| d.starts_with(p))).cloned().collect()),
+        (
+            "g:0,2-3",
+            gpus.iter()
+                .filter(|d| {
+                    ["gpu=0 ", "gpu=2 ", "gpu=3 "]
+                        .iter()
+                        .any(|p| d.starts_with(p))
+                })
+                .cloned()
+                .collect(),
+        ),
         ("i", instances.clone()),
         ("i:0", BTreeSet::from([first_instance.clone()])),
         ("f", every.clone()),
@@ -252,13 +271,22 @@ fn devices_narrows_the_served_gpus_and_mig_instances() {
     assert!(body.contains("no GPU to report"), "{body}");
     assert_eq!(get(&none.url("/readyz")).0, 503);
     assert_eq!(get(&none.url("/healthz")).0, 200);
-    assert!(none.process.log().contains("--devices names GPUs this node does not have"));
+    assert!(
+        none.process
+            .log()
+            .contains("--devices names GPUs this node does not have")
+    );
 }
 
 #[test]
 fn health_fails_while_the_driver_hangs_and_recovers() {
     let e = Exporter::start(
-        &["--nvml-lib", fake_nvml().to_str().expect("utf-8"), "-c", "200"],
+        &[
+            "--nvml-lib",
+            fake_nvml().to_str().expect("utf-8"),
+            "-c",
+            "200",
+        ],
         &[("GPU_SIM_SCENARIO", "tests/fixtures/driver-hang.toml")],
     );
     let status = || try_get(&e.url("/health"), &[]).ok();
@@ -267,14 +295,22 @@ fn health_fails_while_the_driver_hangs_and_recovers() {
     wait_for("unhealthy, saying the driver is hung", PATIENCE, || {
         status().filter(|(s, why)| *s == 503 && why.contains("the driver is hung"))
     });
-    wait_for("healthy again", PATIENCE, || status().filter(|(s, _)| *s == 200));
+    wait_for("healthy again", PATIENCE, || {
+        status().filter(|(s, _)| *s == 200)
+    });
 }
 
 #[test]
 fn the_adapter_listens_on_ipv4_and_ipv6_by_default() {
     let mut cmd = Command::new(binary("gpu-metrics-adapter"));
     cmd.current_dir(workspace())
-        .args(["--insecure-serve-http", "--secure-port", "0", "--grpc-port", "0"])
+        .args([
+            "--insecure-serve-http",
+            "--secure-port",
+            "0",
+            "--grpc-port",
+            "0",
+        ])
         .args(["--exporter-url", "http://127.0.0.1:1/metrics"])
         .env_remove("KUBECONFIG")
         .env("RUST_LOG", "info");
@@ -282,8 +318,16 @@ fn the_adapter_listens_on_ipv4_and_ipv6_by_default() {
     let line = adapter.wait_for_line("listening address=", PATIENCE);
     let grpc = adapter.wait_for_line("grpc_address=", PATIENCE);
     let port_in = |line: &str, key: &str| -> u16 {
-        let address = line.split(key).nth(1).and_then(|s| s.split_whitespace().next()).expect("address");
-        address.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port")
+        let address = line
+            .split(key)
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .expect("address");
+        address
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port")
     };
     let (http, grpc) = (port_in(&line, "address="), port_in(&grpc, "grpc_address="));
     let mut hosts = vec!["127.0.0.1"];
