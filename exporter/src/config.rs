@@ -538,3 +538,73 @@ pub fn go_bool(text: &str) -> Result<bool, String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn single_dash_long_flags_read_as_go_reads_them() {
+        let given = args(&[
+            "gpu-exporter",
+            "-collectors",
+            "x.csv",
+            "-rbmn",
+            "-debug=true",
+            "-f",
+            "y.csv",
+            "-c1000",
+            "-unknown",
+            "--",
+            "-debug",
+        ]);
+        let expected = args(&[
+            "gpu-exporter",
+            "--collectors",
+            "x.csv",
+            "--rbmn",
+            "--debug=true",
+            "-f",
+            "y.csv",
+            "-c1000",
+            "-unknown",
+            "--",
+            "-debug",
+        ]);
+        assert_eq!(go_style_args(given), expected);
+
+        let matches = Cli::command()
+            .try_get_matches_from(go_style_args(args(&[
+                "gpu-exporter",
+                "-collect-interval",
+                "250",
+                "-rbmn",
+                "-kubernetes=false",
+                "-d",
+                "g:1",
+            ])))
+            .expect("dcgm-exporter's spelling parses");
+        let cli = Cli::from_arg_matches(&matches).expect("cli");
+        assert_eq!(cli.collect_interval, 250);
+        assert!(cli.replace_blanks_in_model_name);
+        assert!(!cli.kubernetes);
+        assert_eq!(cli.devices.to_string(), "g:1");
+    }
+
+    #[test]
+    fn go_booleans() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(go_bool(t), Ok(true), "{t}");
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False", ""] {
+            assert_eq!(go_bool(f), Ok(false), "{f:?}");
+        }
+        for bad in ["yes", "on", "tRUE", "2"] {
+            assert!(go_bool(bad).is_err(), "{bad}");
+        }
+    }
+}
