@@ -46,8 +46,16 @@ pub fn node_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The GPU source the flags ask for.
+/// The GPU source the flags ask for, narrowed to `--devices`.
 pub fn build_source(cli: &Cli) -> Result<Box<dyn GpuSource>> {
+    let source = all_devices(cli)?;
+    Ok(match &cli.devices {
+        source::selection::DeviceSelection::Flex => source,
+        selection => Box::new(source::selection::Selected::new(source, selection.clone())),
+    })
+}
+
+fn all_devices(cli: &Cli) -> Result<Box<dyn GpuSource>> {
     #[cfg(feature = "demo")]
     if let Some(path) = &cli.simulate {
         return demo::simulated_source(path);
@@ -58,8 +66,25 @@ pub fn build_source(cli: &Cli) -> Result<Box<dyn GpuSource>> {
 }
 
 /// Load the counters plan named by the flags, logging its warnings.
+/// Counters files that dcgm-exporter's image ships and deployments name without mounting
+/// them (the GPU Operator sets DCGM_EXPORTER_COLLECTORS to the second). The rows they
+/// enable are dcgm-exporter's default list, which is built in.
+const DCGM_IMAGE_COUNTERS_FILES: &[&str] = &[
+    "/etc/dcgm-exporter/default-counters.csv",
+    "/etc/dcgm-exporter/dcp-metrics-included.csv",
+];
+
 pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
     let (plan, warnings) = match &cli.collectors {
+        Some(path)
+            if DCGM_IMAGE_COUNTERS_FILES
+                .iter()
+                .any(|f| path.as_os_str() == *f)
+                && !path.exists() =>
+        {
+            tracing::info!(file = %path.display(), "dcgm-exporter's image file is not mounted here: serving the same counters, built in");
+            counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?
+        }
         Some(path) => counters::load(path)?,
         None => counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?,
     };
@@ -156,6 +181,9 @@ pub fn start_attribution(
 
 /// Run the exporter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<()> {
+    for (flag, reason) in cli.ignored_flags() {
+        tracing::warn!(flag, reason, "dcgm-exporter flag ignored");
+    }
     tls_serving::install_crypto_provider();
     // The web config first: a bad one stops startup before the GPUs are touched.
     let web = match cli.web_config_file() {
@@ -214,11 +242,11 @@ pub fn run(cli: Cli) -> Result<()> {
         .map_err(Error::Serve)?;
 
     let state = Arc::new(http::AppState::new(store, cli.interval(), cli.openmetrics));
-    let address = cli.bind_address();
+    let address = cli.address.clone();
     // Probes carry no credentials, so the paths open to everyone are the health paths.
     let limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
     let served = runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&address)
+        let listener = tls_serving::bind(&address)
             .await
             .map_err(|source| Error::Listen {
                 address: address.clone(),

@@ -22,9 +22,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 9090)]
     pub grpc_port: u16,
 
-    /// Address to bind.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub bind_address: String,
+    /// Address to bind (an IP address or host name); default: every interface, IPv4 and
+    /// IPv6 where the host has IPv6. 0.0.0.0 is IPv4 only, :: IPv6 (and IPv4 if the host
+    /// maps it).
+    #[arg(long, value_name = "ADDRESS")]
+    pub bind_address: Option<String>,
 
     /// Serve the APIs (and gRPC) over plain HTTP, without authentication or
     /// authorization: local use and tests only, never in a cluster.

@@ -240,8 +240,14 @@ async fn stopping(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
-async fn listen(address: String) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(&address)
+/// Bind `port` on --bind-address, or on every interface of both address families.
+async fn listen(cli: &Cli, port: u16) -> Result<tokio::net::TcpListener, Error> {
+    let address = match cli.bind_address.as_deref() {
+        None => format!(":{port}"),
+        Some(host) if host.contains(':') && !host.starts_with('[') => format!("[{host}]:{port}"),
+        Some(host) => format!("{host}:{port}"),
+    };
+    tls_serving::bind(&address)
         .await
         .map_err(|source| Error::Listen { address, source })
 }
@@ -265,7 +271,7 @@ async fn serve_grpc(
             cli.grpc_client_ca_file.clone(),
         )?)
     };
-    let listener = listen(format!("{}:{}", cli.bind_address, cli.grpc_port)).await?;
+    let listener = listen(cli, cli.grpc_port).await?;
     let local = listener.local_addr()?;
     tracing::info!(grpc_address = %local, tls = tls.is_some(), mutual_tls = cli.grpc_client_ca_file.is_some(), "KEDA external scaler ready");
     let scaler = keda::Scaler::new(state, cli.scrape_interval);
@@ -309,7 +315,7 @@ async fn serve_api(
         telemetry.clone(),
         telemetry::track_http,
     ));
-    let listener = listen(format!("{}:{}", cli.bind_address, cli.secure_port)).await?;
+    let listener = listen(cli, cli.secure_port).await?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, tls = tls.is_some(), "listening");
     let limits = cli.listener_limits(HEALTH_PATHS);

@@ -3,6 +3,7 @@
 //! Sources answer in NVML's own units; the sampler converts.
 
 pub mod nvml;
+pub mod selection;
 // Unit tests drive the simulated source whatever the features.
 #[cfg(any(test, feature = "demo"))]
 pub mod simulated;

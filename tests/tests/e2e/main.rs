@@ -12,6 +12,7 @@ mod attribution;
 mod cluster;
 mod cluster_composite;
 mod dashboards;
+mod dcgm_dropin;
 mod demo;
 mod deploy;
 mod deploy_llm_serving;
