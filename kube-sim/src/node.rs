@@ -76,26 +76,30 @@ pub fn pod_resources_on(
                     dynamic_resources: c
                         .claims
                         .iter()
-                        .map(|claim| DynamicResource {
-                            claim_name: claim.claim_name.clone(),
-                            claim_namespace: claim
-                                .claim_namespace
-                                .clone()
-                                .unwrap_or_else(|| pod.namespace.clone()),
-                            claim_resources: vec![ClaimResource {
-                                cdi_devices: claim
-                                    .cdi_devices
-                                    .iter()
-                                    .map(|name| CdiDevice { name: name.clone() })
-                                    .collect(),
-                                driver_name: claim.driver.clone(),
-                                pool_name: claim
-                                    .pool
+                        .filter_map(|claim| {
+                            // `Scenario::validate` rejects claims that cannot be spelled.
+                            let device = node.dra_device_name(claim).ok()?;
+                            let cdi = node.dra_cdi_devices(claim, &pod.namespace).ok()?;
+                            Some(DynamicResource {
+                                claim_name: claim.claim_name.clone(),
+                                claim_namespace: claim
+                                    .claim_namespace
                                     .clone()
-                                    .unwrap_or_else(|| node_name.to_string()),
-                                device_name: claim.device.clone(),
-                                share_id: None,
-                            }],
+                                    .unwrap_or_else(|| pod.namespace.clone()),
+                                claim_resources: vec![ClaimResource {
+                                    cdi_devices: cdi
+                                        .into_iter()
+                                        .map(|name| CdiDevice { name })
+                                        .collect(),
+                                    driver_name: claim.driver.clone(),
+                                    pool_name: claim
+                                        .pool
+                                        .clone()
+                                        .unwrap_or_else(|| node_name.to_string()),
+                                    device_name: device,
+                                    share_id: None,
+                                }],
+                            })
                         })
                         .collect(),
                     ..ContainerResources::default()
