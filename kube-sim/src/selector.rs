@@ -27,10 +27,15 @@ pub(crate) enum Field {
     Namespace,
     NodeName,
     Phase,
+    /// `spec.driver` (ResourceSlices).
+    Driver,
 }
 
 /// The fields every kind of object can be selected by.
 pub(crate) const OBJECT_FIELDS: &[Field] = &[Field::Name, Field::Namespace];
+
+/// The fields ResourceSlices can be selected by (cluster-scoped: no namespace).
+pub(crate) const RESOURCE_SLICE_FIELDS: &[Field] = &[Field::Name, Field::NodeName, Field::Driver];
 
 /// The fields pods can be selected by.
 pub(crate) const POD_FIELDS: &[Field] =
@@ -45,6 +50,7 @@ impl Field {
             "metadata.namespace" => Some(Field::Namespace),
             "spec.nodeName" => Some(Field::NodeName),
             "status.phase" => Some(Field::Phase),
+            "spec.driver" => Some(Field::Driver),
             _ => None,
         };
         field
@@ -113,6 +119,7 @@ mod tests {
                 Field::Namespace => "default",
                 Field::NodeName => self.node,
                 Field::Phase => self.phase,
+                Field::Driver => "",
             }
         }
     }
