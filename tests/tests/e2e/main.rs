@@ -12,6 +12,7 @@ mod cluster;
 mod dashboards;
 mod demo;
 mod deploy;
+mod dra;
 mod faults;
 mod faults_adapter;
 mod features;
