@@ -119,8 +119,8 @@ pub fn start_attribution(
     opts: &KubernetesOptions,
     runtime: &tokio::runtime::Handle,
 ) -> attribution::Attributor {
-    use attribution::kubelet::{self, KubeletOptions, KubeletView};
     use attribution::dra::{self, SliceDirectory};
+    use attribution::kubelet::{self, KubeletOptions, KubeletView};
     use attribution::pods::{self, PodDirectory};
     let kubelet_view = Arc::new(ArcSwap::from_pointee(KubeletView::default()));
     let directory = Arc::new(ArcSwap::from_pointee(PodDirectory::default()));

@@ -5,12 +5,10 @@
 //! slots n..7 are empty (`NOT_FOUND`). Each instance has one compute instance.
 
 use crate::ffi::{
-    ARGUMENT_VERSION_MISMATCH, GPU_IS_LOST, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED,
-    Out, put_array_str, struct_version,
+    ARGUMENT_VERSION_MISMATCH, GPU_IS_LOST, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED, Out,
+    put_array_str, struct_version,
 };
-use crate::state::{
-    Dev, SLOTS_PER_GPU, device_call, gpu_instance_handle, handle, system_call,
-};
+use crate::state::{Dev, SLOTS_PER_GPU, device_call, gpu_instance_handle, handle, system_call};
 use gpu_sim::models::MigProfile;
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::c_uint;
@@ -252,7 +250,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
     crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoByIdV");
     // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
     let io = unsafe { InOut::new(info) };
-    device_call(device, |d| profile_info_v2(d, profile_by_id(d, profileId), io))
+    device_call(device, |d| {
+        profile_info_v2(d, profile_by_id(d, profileId), io)
+    })
 }
 
 /// An existing GPU instance by its ID. Reading one needs only the MIG monitoring

@@ -326,9 +326,11 @@ impl SimKubeNode {
         }
         // The DRA driver publishes its devices on nodes where claims use it.
         let uses_dra = scenario.pods.iter().any(|p| {
-            p.containers
-                .iter()
-                .any(|c| c.claims.iter().any(|claim| claim.driver == NVIDIA_DRA_DRIVER))
+            p.containers.iter().any(|c| {
+                c.claims
+                    .iter()
+                    .any(|claim| claim.driver == NVIDIA_DRA_DRIVER)
+            })
         });
         if uses_dra {
             apiserver.apply_resource_slice(resource_slice(&node, node_name));
@@ -621,9 +623,18 @@ claims = [
             published,
             [
                 ("gpu-1".to_string(), n.gpus[0].uuid.clone()),
-                ("gpu-0-mig-3g40gb-9-4".to_string(), n.gpus[1].mig[0].uuid.clone()),
-                ("gpu-0-mig-2g20gb-14-0".to_string(), n.gpus[1].mig[1].uuid.clone()),
-                ("gpu-0-mig-2g20gb-14-2".to_string(), n.gpus[1].mig[2].uuid.clone()),
+                (
+                    "gpu-0-mig-3g40gb-9-4".to_string(),
+                    n.gpus[1].mig[0].uuid.clone()
+                ),
+                (
+                    "gpu-0-mig-2g20gb-14-0".to_string(),
+                    n.gpus[1].mig[1].uuid.clone()
+                ),
+                (
+                    "gpu-0-mig-2g20gb-14-2".to_string(),
+                    n.gpus[1].mig[2].uuid.clone()
+                ),
             ]
         );
     }

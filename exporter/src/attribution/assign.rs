@@ -246,12 +246,13 @@ impl Holdings {
         cache: &mut ResolveCache,
     ) -> Holdings {
         let n = inv.entities.len();
-        // entity → (namespace, pod, container) → whether any of its IDs marks sharing
         type Key = (Arc<str>, Arc<str>, Arc<str>);
         type PodKey = (Arc<str>, Arc<str>);
-        // entity → (namespace, pod, container) → (sharing, the DRA claim it came through)
-        let mut holders: Vec<BTreeMap<Key, (bool, Option<Arc<DraLabels>>)>> =
-            vec![BTreeMap::new(); n];
+        // Whether any of the container's IDs marks sharing, and the DRA claim the device
+        // came through.
+        type Held = (bool, Option<Arc<DraLabels>>);
+        // entity → (namespace, pod, container) → how it holds the entity
+        let mut holders: Vec<BTreeMap<Key, Held>> = vec![BTreeMap::new(); n];
         let mut unmapped = Vec::new();
         for a in allocations {
             if !pods.may_label(&a.namespace, &a.pod) {

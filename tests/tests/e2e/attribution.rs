@@ -16,7 +16,12 @@ fn exporter(node: &KubeNode, nvml: bool, extra: &[&str]) -> Exporter {
 }
 
 /// [`exporter`] on another scenario of `tests/fixtures`.
-pub(crate) fn exporter_on(scenario_file: &str, node: &KubeNode, nvml: bool, extra: &[&str]) -> Exporter {
+pub(crate) fn exporter_on(
+    scenario_file: &str,
+    node: &KubeNode,
+    nvml: bool,
+    extra: &[&str],
+) -> Exporter {
     let scenario = fixture(scenario_file);
     let simulate = format!("--simulate=tests/fixtures/{scenario_file}");
     let lib = fake_nvml();
@@ -79,7 +84,12 @@ pub(crate) fn exact(body: &str, name: &str, labels: &str) -> Option<f64> {
 
 /// dcgm-exporter's labels of GPU `i` (or its MIG instance `mig`) on the scenario node,
 /// followed by `tail` (label fields, pod labels, attributes).
-pub(crate) fn device_labels(node: &gpu_sim::SimNode, i: usize, mig: Option<usize>, tail: &str) -> String {
+pub(crate) fn device_labels(
+    node: &gpu_sim::SimNode,
+    i: usize,
+    mig: Option<usize>,
+    tail: &str,
+) -> String {
     let g = &node.gpus[i];
     let mig = mig
         .map(|m| {

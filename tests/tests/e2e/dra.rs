@@ -58,7 +58,10 @@ fn claims_label_the_right_series(nvml: bool) {
     // NVIDIA's names, as the fake kubelet reports them: minor numbers, never indices.
     let train_device = device_name(&s, &n, "train-0");
     assert_eq!(train_device, format!("gpu-{}", n.gpus[0].minor_number));
-    assert_ne!(n.gpus[0].minor_number, 0, "the scenario's minors differ from indices");
+    assert_ne!(
+        n.gpus[0].minor_number, 0,
+        "the scenario's minors differ from indices"
+    );
 
     let want = device_labels(
         &n,
@@ -97,7 +100,14 @@ fn claims_label_the_right_series(nvml: bool) {
             &n,
             2,
             Some(slot),
-            &claim_tail(&n, "", (container, "ml", pod), claim, &device, Some((2, slot))),
+            &claim_tail(
+                &n,
+                "",
+                (container, "ml", pod),
+                claim,
+                &device,
+                Some((2, slot)),
+            ),
         );
         assert!(
             exact(&body, "DCGM_FI_DEV_FB_USED", &want).is_some(),
@@ -169,7 +179,9 @@ fn the_resource_slice_watch_resolves_devices_by_their_published_uuid() {
     // Without the flag: DRA claims are labelled from the names alone, and no slice is
     // asked for (the pod watch is up by then, so the API client is too).
     let without = exporter_on("dra-node.toml", &node, true, &[]);
-    scrape_when(&without, "DRA pod labels", |b| b.contains("pod=\"legacy-0\""));
+    scrape_when(&without, "DRA pod labels", |b| {
+        b.contains("pod=\"legacy-0\"")
+    });
     assert_eq!(slice_requests(), Vec::<String>::new());
     let with = exporter_on("dra-node.toml", &node, true, &["--kubernetes-enable-dra"]);
     scrape_when(&with, "DRA pod labels", |b| b.contains("pod=\"legacy-0\""));
@@ -179,8 +191,10 @@ fn the_resource_slice_watch_resolves_devices_by_their_published_uuid() {
     });
     // Only this node's slices of NVIDIA's driver.
     assert!(
-        asked.iter().all(|r| r.contains("spec.nodeName%3Dnode-a")
-            && r.contains("spec.driver%3Dgpu.nvidia.com")),
+        asked
+            .iter()
+            .all(|r| r.contains("spec.nodeName%3Dnode-a")
+                && r.contains("spec.driver%3Dgpu.nvidia.com")),
         "{asked:#?}"
     );
 
