@@ -171,5 +171,21 @@ mod tests {
             Err(SelectorError::UnsupportedField("spec.nodeName".into()))
         );
         assert!(FieldSelector::parse("metadata.name=a", OBJECT_FIELDS).is_ok());
+        // ResourceSlices: by node and driver; cluster-scoped, so no namespace.
+        assert!(
+            FieldSelector::parse(
+                "spec.nodeName=n,spec.driver=gpu.nvidia.com",
+                RESOURCE_SLICE_FIELDS
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            FieldSelector::parse("metadata.namespace=x", RESOURCE_SLICE_FIELDS),
+            Err(SelectorError::UnsupportedField("metadata.namespace".into()))
+        );
+        assert_eq!(
+            FieldSelector::parse("spec.driver=x", POD_FIELDS),
+            Err(SelectorError::UnsupportedField("spec.driver".into()))
+        );
     }
 }
