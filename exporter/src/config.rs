@@ -358,8 +358,9 @@ pub struct Cli {
           default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
     pub kubernetes_virtual_gpus: bool,
 
-    /// Capture metrics associated with GPUs managed by Kubernetes Dynamic Resource
-    /// Allocation (DRA) API.
+    /// Also watch this node's ResourceSlices of NVIDIA's DRA driver (resource.k8s.io/v1)
+    /// and resolve DRA devices by the UUIDs they publish. DRA claims get pod and dra_*
+    /// labels without it, from the driver's device names. Needs NODE_NAME.
     #[arg(long, env = "KUBERNETES_ENABLE_DRA", hide_env_values = true,
           value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
           default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]

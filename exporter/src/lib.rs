@@ -108,6 +108,8 @@ pub struct KubernetesOptions {
     pub kubeconfig: Option<std::path::PathBuf>,
     /// This node's name, for the node-scoped pod watch; without it there is no watch.
     pub node_name: Option<String>,
+    /// Watch the node's ResourceSlices of NVIDIA's DRA driver (`--kubernetes-enable-dra`).
+    pub enable_dra: bool,
     pub proc_root: std::path::PathBuf,
 }
 
@@ -130,6 +132,7 @@ impl KubernetesOptions {
                 .collect(),
             kubeconfig: cli.kubeconfig.clone(),
             node_name: std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()),
+            enable_dra: cli.kubernetes_enable_dra,
             proc_root: cli.proc_root.clone(),
         }
     }
@@ -141,10 +144,12 @@ pub fn start_attribution(
     opts: &KubernetesOptions,
     runtime: &tokio::runtime::Handle,
 ) -> attribution::Attributor {
+    use attribution::dra::{self, SliceDirectory};
     use attribution::kubelet::{self, KubeletOptions, KubeletView};
     use attribution::pods::{self, PodDirectory};
     let kubelet_view = Arc::new(ArcSwap::from_pointee(KubeletView::default()));
     let directory = Arc::new(ArcSwap::from_pointee(PodDirectory::default()));
+    let slices = Arc::new(ArcSwap::from_pointee(SliceDirectory::default()));
     runtime.spawn(kubelet::refresh(
         KubeletOptions {
             socket: opts.socket.clone(),
@@ -162,9 +167,15 @@ pub fn start_attribution(
             let kubeconfig = opts.kubeconfig.clone();
             let allow = opts.pod_labels.clone();
             let store = directory.clone();
+            let dra_store = opts.enable_dra.then(|| slices.clone());
+            let rt = runtime.clone();
             runtime.spawn(async move {
                 match kube_support::client(kubeconfig.as_deref()).await {
                     Ok(client) => {
+                        if let Some(dra_store) = dra_store {
+                            tracing::info!(node = %node, "watching this node's ResourceSlices of NVIDIA's DRA driver");
+                            rt.spawn(dra::watch(client.clone(), node.clone(), dra_store));
+                        }
                         tracing::info!(node = %node, labels = ?allow, "watching this node's pods");
                         pods::watch(client, node, allow, store).await;
                     }
@@ -172,11 +183,19 @@ pub fn start_attribution(
                 }
             });
         }
-        None => tracing::warn!(
-            "NODE_NAME is not set: no pod watch, so no pod labels and no per-pod split of shared GPUs (set it from the downward API: spec.nodeName)"
-        ),
+        None => {
+            tracing::warn!(
+                "NODE_NAME is not set: no pod watch, so no pod labels and no per-pod split of shared GPUs (set it from the downward API: spec.nodeName)"
+            );
+            if opts.enable_dra {
+                tracing::warn!(
+                    "--kubernetes-enable-dra needs NODE_NAME: no ResourceSlice watch; DRA devices are resolved by name only"
+                );
+            }
+        }
     }
     attribution::Attributor::new(kubelet_view, directory, pod_watch, opts.proc_root.clone())
+        .with_slices(slices)
 }
 
 /// Run the exporter until SIGINT or SIGTERM.

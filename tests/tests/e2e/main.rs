@@ -16,6 +16,7 @@ mod dcgm_dropin;
 mod demo;
 mod deploy;
 mod deploy_llm_serving;
+mod dra;
 mod faults;
 mod faults_adapter;
 mod features;
