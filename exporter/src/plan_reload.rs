@@ -29,6 +29,14 @@ pub const CONFIGMAP_POLL: Duration = Duration::from_secs(10);
 /// The ConfigMap key dcgm-exporter reads the counters from.
 pub const CONFIGMAP_KEY: &str = "metrics";
 
+/// Counters files that dcgm-exporter's image ships and deployments name without mounting
+/// them (the GPU Operator sets DCGM_EXPORTER_COLLECTORS to the second). The rows they
+/// enable are dcgm-exporter's default list, which is built in.
+const DCGM_IMAGE_COUNTERS_FILES: &[&str] = &[
+    "/etc/dcgm-exporter/default-counters.csv",
+    "/etc/dcgm-exporter/dcp-metrics-included.csv",
+];
+
 /// Where the counters come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanSource {
@@ -56,6 +64,15 @@ impl PlanSource {
             };
         }
         Ok(match collectors.filter(|p| !p.as_os_str().is_empty()) {
+            Some(path)
+                if DCGM_IMAGE_COUNTERS_FILES
+                    .iter()
+                    .any(|f| path.as_os_str() == *f)
+                    && !path.exists() =>
+            {
+                tracing::info!(file = %path.display(), "dcgm-exporter's image file is not mounted here: serving the same counters, built in");
+                PlanSource::Builtin
+            }
             Some(path) => PlanSource::File(path.to_path_buf()),
             None => PlanSource::Builtin,
         })

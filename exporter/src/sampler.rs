@@ -75,7 +75,7 @@ const RESERVED_LABELS: [&str; 19] = [
 /// series belongs to one and the HPC job when it belongs to one: `gpu, UUID,
 /// pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID,] hostname`, then label
 /// fields and allow-listed pod labels in one byte-sorted run, then dcgm's attributes,
-/// byte-sorted: `container, hpc_job, namespace, pod, pod_uid, vgpu`. In
+/// byte-sorted: `container, [dra_*,] hpc_job, namespace, pod, pod_uid, vgpu`. In
 /// `--kubernetes-virtual-gpus` mode pod labels are not copied (nor are they by dcgm).
 pub fn entity_label_string(
     e: &EntityInfo,
@@ -115,8 +115,9 @@ pub fn entity_label_string(
         .collect();
     if let Some(h) = holder.filter(|_| !opts.virtual_gpus) {
         for (k, v) in &h.pod_labels {
-            let taken =
-                RESERVED_LABELS.contains(&k.as_str()) || run.iter().any(|(n, _)| *n == k.as_str());
+            let taken = RESERVED_LABELS.contains(&k.as_str())
+                || k.starts_with("dra_")
+                || run.iter().any(|(n, _)| *n == k.as_str());
             if !taken {
                 run.push((k, v));
             }
@@ -128,6 +129,11 @@ pub fn entity_label_string(
     }
     if let Some(c) = holder.and_then(|h| h.container.as_ref()) {
         push_label(&mut s, "container", c);
+    }
+    if let Some(dra) = holder.and_then(|h| h.dra.as_ref()) {
+        for (name, value) in dra.pairs() {
+            push_label(&mut s, name, value);
+        }
     }
     if let Some(job) = hpc_job {
         push_label(&mut s, "hpc_job", job);
@@ -1207,6 +1213,7 @@ mod tests {
             pod_labels: Vec::new(),
             pod_uid: None,
             vgpu: None,
+            dra: None,
         }
     }
 
@@ -1356,6 +1363,7 @@ mod tests {
                     .map(|i| EntityInfo {
                         gpu_index: i as u32,
                         uuid: GPU_UUIDS[i].into(),
+                        minor_number: Some(i as u32),
                         pci_bus_id: format!("00000000:0{i}:00.0"),
                         model_name: "NVIDIA H100 80GB HBM3".into(),
                         mig: None,
