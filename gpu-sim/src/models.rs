@@ -307,6 +307,42 @@ pub const MODELS: &[ModelProfile] = &[
             min_power_limit_mw: 40000,
         },
     },
+    // A Blackwell GPU of a GB200 NVL72 rack: 18 NVLink 5 links to the rack's NVSwitch
+    // trays (not on this node's PCI bus), fabric registration by the fabric manager.
+    ModelProfile {
+        name: "NVIDIA GB200",
+        brand: 14,
+        architecture: 10,
+        memory_total_mib: 189471,
+        memory_reserved_mib: 1088,
+        power_limit_mw: 1_200_000,
+        idle_power_mw: 140_000,
+        max_sm_clock_mhz: 2062,
+        idle_sm_clock_mhz: 345,
+        mem_clock_mhz: 3996,
+        pci_device_id: 0x2941_10de,
+        gpm: true,
+        nvlink_links: 18,
+        nvlink_peak_kib_s: 878_906_250,
+        mig_profiles: &[],
+        board: BoardFacts {
+            part_number: "699-2G548-0202-000",
+            max_video_clock_mhz: 1965,
+            pcie_generation: 5,
+            pcie_width: 16,
+            nvlink_version: 7,
+            nvswitches: 0,
+            shutdown_temp_c: 95,
+            slowdown_temp_c: 92,
+            gpu_max_operating_temp_c: 87,
+            memory_max_operating_temp_c: 95,
+            bar1_mib: 262144,
+            cuda_capability: (10, 0),
+            cuda_cores: 18432,
+            memory_bus_width_bits: 8192,
+            min_power_limit_mw: 200000,
+        },
+    },
 ];
 
 /// The profile for an NVML model name, if built in.
