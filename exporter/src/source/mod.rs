@@ -166,4 +166,23 @@ pub trait GpuSource: Send {
 
     /// XIDs reported since the last call, each exactly once.
     fn xid_events(&mut self) -> Vec<XidEvent>;
+
+    /// NVLinks of the physical GPU `entity` (0 without NVLink). Asked once per
+    /// discovery, and only when link-scoped fields are planned.
+    fn nvlinks(&mut self, _entity: usize) -> u32 {
+        0
+    }
+
+    /// Read link-scoped `quantities` of links `0..links` of the GPU `entity`: `out`
+    /// receives `links × quantities.len()` results, link by link.
+    fn read_links(
+        &mut self,
+        _entity: usize,
+        links: u32,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
+        out.clear();
+        out.extend((0..links as usize * quantities.len()).map(|_| Err(ReadError::NotSupported)));
+    }
 }

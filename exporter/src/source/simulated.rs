@@ -165,6 +165,73 @@ fn mig_quantity(r: &MigReading, q: Quantity) -> Result<Raw, ReadError> {
     }
 }
 
+/// Thermal limits, performance state, fans and fabric: facts of the board and the
+/// scenario rather than of the load. `None` for every other quantity.
+fn board_quantity(node: &SimNode, gpu: u32, t: f64, q: Quantity) -> Option<Result<Raw, ReadError>> {
+    use Quantity::*;
+    let g = &node.gpus[gpu as usize];
+    let b = &g.model.board;
+    let u = |v: u32| Some(Ok(Raw::U64(v.into())));
+    // As the fake NVML: a fabric on Hopper or newer boards with NVLink.
+    let fabric = || {
+        (g.model.nvlink_links > 0 && g.model.architecture >= 9)
+            .then(|| node.fabric(gpu, t))
+            .ok_or(ReadError::NotSupported)
+    };
+    match q {
+        SlowdownTemp => u(b.slowdown_temp_c),
+        ShutdownTemp => u(b.shutdown_temp_c),
+        GpuMaxOpTemp => u(b.gpu_max_operating_temp_c),
+        MemMaxOpTemp => u(b.memory_max_operating_temp_c),
+        // Data-centre boards in persistence mode stay in P0.
+        Pstate => u(0),
+        // Every modelled board is passively cooled.
+        FanSpeed => Some(Err(ReadError::NotSupported)),
+        FabricManagerStatus => Some(fabric().map(|f| {
+            // DCGM's status: completed with an error status is a failure (4).
+            Raw::U64(match (f.state.nvml(), f.status) {
+                (3, 0) => 3,
+                (3, _) => 4,
+                (s, _) => s.into(),
+            })
+        })),
+        FabricCliqueId => Some(fabric().map(|f| Raw::U64(f.clique_id.into()))),
+        FabricHealthMask => Some(fabric().map(|f| Raw::U64(f.health_mask.into()))),
+        FabricHealthSummary => Some(fabric().map(|f| Raw::U64(f.health_summary.into()))),
+        _ => None,
+    }
+}
+
+/// One link quantity of one link at `t`.
+fn link_quantity(node: &SimNode, gpu: u32, link: u32, t: f64, q: Quantity) -> Result<Raw, ReadError> {
+    use Quantity::*;
+    let active = node.nvlink_active(gpu, link, t);
+    let errors = node.nvlink_link_errors(gpu, link, t);
+    // Traffic runs evenly over the links that are up, as the fake NVML splits it.
+    let share = |total: u64| {
+        if active {
+            total / u64::from(node.nvlinks_active(gpu, t).max(1))
+        } else {
+            0
+        }
+    };
+    let r = || node.gpu_reading(gpu, t);
+    Ok(Raw::U64(match q {
+        LinkState => active.into(),
+        LinkCrcFlitErrors => errors[0],
+        LinkCrcDataErrors => errors[1],
+        LinkReplayErrors => errors[2],
+        LinkRecoveryErrors => errors[3],
+        LinkTxKib => share(r().nvlink_tx_kib),
+        LinkRxKib => share(r().nvlink_rx_kib),
+        LinkDataKib => {
+            let r = r();
+            share(r.nvlink_tx_kib) + share(r.nvlink_rx_kib)
+        }
+        _ => return Err(ReadError::NotSupported),
+    }))
+}
+
 /// The model capability a quantity needs.
 fn capability(q: Quantity) -> Option<Capability> {
     use Quantity::*;
@@ -189,6 +256,12 @@ fn capability(q: Quantity) -> Option<Capability> {
         NvlinkCrcFlitErrors | NvlinkCrcDataErrors | NvlinkReplayErrors | NvlinkRecoveryErrors
         | NvlinkDataKib => Capability::Nvlink,
         VgpuLicensed => Capability::VgpuLicense,
+        SlowdownTemp | ShutdownTemp | GpuMaxOpTemp | MemMaxOpTemp => Capability::Temperature,
+        Pstate => Capability::Clocks,
+        FanSpeed => return None,
+        FabricManagerStatus | FabricCliqueId | FabricHealthMask | FabricHealthSummary
+        | LinkState | LinkCrcFlitErrors | LinkCrcDataErrors | LinkReplayErrors
+        | LinkRecoveryErrors | LinkTxKib | LinkRxKib | LinkDataKib => Capability::Nvlink,
         _ => Capability::Gpm,
     })
 }
@@ -289,10 +362,12 @@ impl GpuSource for SimulatedSource {
             None => {
                 let r = self.node.gpu_reading(slot.gpu, t);
                 out.extend(quantities.iter().map(|&q| {
-                    if supported(q) {
-                        gpu_quantity(&r, q)
-                    } else {
+                    if !supported(q) {
                         Err(ReadError::NotSupported)
+                    } else if let Some(v) = board_quantity(&self.node, slot.gpu, t, q) {
+                        v
+                    } else {
+                        gpu_quantity(&r, q)
                     }
                 }));
             }
@@ -339,6 +414,56 @@ impl GpuSource for SimulatedSource {
                 sm_util_percent: slot.mig.is_none().then_some(p.sm_util_percent),
             })
             .collect())
+    }
+
+    fn nvlinks(&mut self, entity: usize) -> u32 {
+        match self.slots.get(entity) {
+            Some(Slot { gpu, mig: None }) => {
+                let g = &self.node.gpus[*gpu as usize];
+                if g.supports(Capability::Nvlink) {
+                    g.model.nvlink_links
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        }
+    }
+
+    fn read_links(
+        &mut self,
+        entity: usize,
+        links: u32,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
+        out.clear();
+        let total = links as usize * quantities.len();
+        let t = match self.enter() {
+            Ok(t) => t,
+            Err(e) => {
+                out.extend((0..total).map(|_| Err(e.clone())));
+                return;
+            }
+        };
+        let gpu = match self.slots.get(entity) {
+            Some(Slot { gpu, mig: None }) => *gpu,
+            _ => {
+                out.extend((0..total).map(|_| Err(ReadError::NotSupported)));
+                return;
+            }
+        };
+        if self.node.gpu_lost(gpu, t) {
+            out.extend((0..total).map(|_| Err(ReadError::GpuLost)));
+            return;
+        }
+        for link in 0..links {
+            out.extend(
+                quantities
+                    .iter()
+                    .map(|&q| link_quantity(&self.node, gpu, link, t, q)),
+            );
+        }
     }
 
     fn xid_events(&mut self) -> Vec<XidEvent> {
