@@ -22,9 +22,7 @@ use crate::catalog::{LabelField, Quantity};
 use events::XidWatcher;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::device::Device;
-use nvml_wrapper::enum_wrappers::device::{
-    Clock, InfoRom, PcieUtilCounter, TemperatureSensor, TemperatureThreshold,
-};
+use nvml_wrapper::enum_wrappers::device::{Clock, InfoRom, PcieUtilCounter, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
@@ -88,6 +86,12 @@ mod field {
             RemappedCorrectable => &[(NVML_FI_DEV_REMAPPED_COR, 0)],
             RemappedUncorrectable => &[(NVML_FI_DEV_REMAPPED_UNC, 0)],
             RemapFailure => &[(NVML_FI_DEV_REMAPPED_FAILURE, 0)],
+            // The temperature thresholds of `nvmlDeviceGetTemperatureThreshold`, in
+            // the same call as the counters rather than four getter calls a cycle.
+            ShutdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, 0)],
+            SlowdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, 0)],
+            MemMaxOpTemp => &[(NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT, 0)],
+            GpuMaxOpTemp => &[(NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT, 0)],
             _ => &[],
         }
     }
@@ -1005,10 +1009,6 @@ impl NvmlSource {
                 PcieTxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Send)),
                 PcieRxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Receive)),
                 ClockEventReasons => u64r(dev.current_throttle_reasons().map(|r| r.bits())),
-                SlowdownTemp => u(dev.temperature_threshold(TemperatureThreshold::Slowdown)),
-                ShutdownTemp => u(dev.temperature_threshold(TemperatureThreshold::Shutdown)),
-                GpuMaxOpTemp => u(dev.temperature_threshold(TemperatureThreshold::GpuMax)),
-                MemMaxOpTemp => u(dev.temperature_threshold(TemperatureThreshold::MemoryMax)),
                 Pstate => u(dev.performance_state().map(|p| p.as_c())),
                 // SAFETY: `dev` is a live handle of this NVML instance.
                 FanSpeed => self
