@@ -10,6 +10,7 @@
 
 pub mod dial;
 pub mod fabric;
+pub mod fans;
 pub mod load;
 pub mod models;
 pub mod node;

@@ -185,8 +185,12 @@ fn board_quantity(node: &SimNode, gpu: u32, t: f64, q: Quantity) -> Option<Resul
         MemMaxOpTemp => u(b.memory_max_operating_temp_c),
         // Data-centre boards in persistence mode stay in P0.
         Pstate => u(0),
-        // Every modelled board is passively cooled.
-        FanSpeed => Some(Err(ReadError::NotSupported)),
+        // `nvmlDeviceGetFanSpeed`: the first fan; passively cooled boards have none.
+        FanSpeed => Some(
+            node.fan_speed_percent(gpu, 0, t)
+                .map(|v| Raw::U64(v.into()))
+                .ok_or(ReadError::NotSupported),
+        ),
         FabricManagerStatus => Some(fabric().map(|f| {
             // DCGM's status: completed with an error status is a failure (4).
             Raw::U64(match (f.state.nvml(), f.status) {
