@@ -24,6 +24,7 @@ mod nvml_backend;
 mod nvml_breadth;
 mod nvml_calls;
 mod nvml_fidelity;
+mod nvlink_fabric;
 mod peers;
 mod prometheus;
 mod promtool;
