@@ -601,7 +601,10 @@ impl Sampler {
                         Err(ReadError::NoValueYet | ReadError::NotSupported) => {}
                         Err(ReadError::GpuLost) => {
                             if !d.lost[e] {
-                                tracing::error!(gpu = d.inventory.entities[e].gpu_index, "GPU is lost (fallen off the bus)");
+                                tracing::error!(
+                                    gpu = d.inventory.entities[e].gpu_index,
+                                    "GPU is lost (fallen off the bus)"
+                                );
                             }
                             d.lost[e] = true;
                         }
@@ -799,22 +802,25 @@ impl Sampler {
             snap.links.push(LinkSnapshot {
                 labels: slot.labels.clone(),
             });
-            snap.link_values.extend(self.plan.metrics.iter().enumerate().map(|(i, m)| {
-                let MetricKind::Value {
-                    quantity,
-                    convert,
-                    scope: Scope::Link,
-                } = m.kind
-                else {
-                    return None;
-                };
-                let &(_, raw) = d.link_readings[l].iter().find(|(q, _)| *q == quantity)?;
-                let previous = match convert {
-                    Convert::RatePerSec(_) => d.link_previous.insert((l, i), (raw.as_f64(), now)),
-                    _ => None,
-                };
-                convert_value(raw, convert, previous, now)
-            }));
+            snap.link_values
+                .extend(self.plan.metrics.iter().enumerate().map(|(i, m)| {
+                    let MetricKind::Value {
+                        quantity,
+                        convert,
+                        scope: Scope::Link,
+                    } = m.kind
+                    else {
+                        return None;
+                    };
+                    let &(_, raw) = d.link_readings[l].iter().find(|(q, _)| *q == quantity)?;
+                    let previous = match convert {
+                        Convert::RatePerSec(_) => {
+                            d.link_previous.insert((l, i), (raw.as_f64(), now))
+                        }
+                        _ => None,
+                    };
+                    convert_value(raw, convert, previous, now)
+                }));
         }
         snap.allocations = d.allocation_labels.clone();
         if let Some(a) = self.attributor.as_mut() {
@@ -1661,9 +1667,16 @@ mod link_tests {
             g.uuid, g.pci_bus_id
         );
         assert!(body.lines().any(|l| l == expected), "{expected}\n{body}");
-        let count = |name: &str| body.lines().filter(|l| l.starts_with(&format!("{name}{{"))).count();
+        let count = |name: &str| {
+            body.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .count()
+        };
         assert_eq!(count("DCGM_FI_DEV_NVLINK_GET_STATE"), 4 * 18);
-        assert_eq!(count("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL"), 4 * 18);
+        assert_eq!(
+            count("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL"),
+            4 * 18
+        );
         assert_eq!(count("DCGM_FI_DEV_GPU_TEMP"), 4);
         for gpu in 0..4u32 {
             for link in 0..18 {
@@ -1672,10 +1685,17 @@ mod link_tests {
                 let active = m.nvlink_active(gpu, link, T);
                 assert_eq!(state.as_deref(), Some(if active { "1" } else { "0" }));
                 let errors = m.nvlink_link_errors(gpu, link, T);
-                let replay = value(&body, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL", &labels);
+                let replay = value(
+                    &body,
+                    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL",
+                    &labels,
+                );
                 assert_eq!(replay, Some(errors[2].to_string()));
-                let recovery =
-                    value(&body, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL", &labels);
+                let recovery = value(
+                    &body,
+                    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL",
+                    &labels,
+                );
                 assert_eq!(recovery, Some(errors[3].to_string()));
                 // Frozen scenario time: the counters stand still, so every rate is 0.
                 let rate = value(&body, "DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK", &labels);
@@ -1683,7 +1703,11 @@ mod link_tests {
             }
         }
         assert_eq!(
-            value(&body, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL", "nvlink=\"5\",gpu=\"2\","),
+            value(
+                &body,
+                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL",
+                "nvlink=\"5\",gpu=\"2\","
+            ),
             Some("12".into()),
             "the scenario's errors on the downed link"
         );
@@ -1714,8 +1738,14 @@ mod link_tests {
         for gpu in 0..4u32 {
             let labels = format!("gpu=\"{gpu}\",");
             let v = |name: &str| value(&body, name, &labels);
-            assert_eq!(v("DCGM_FI_DEV_SLOWDOWN_TEMP"), Some(b.slowdown_temp_c.to_string()));
-            assert_eq!(v("DCGM_FI_DEV_SHUTDOWN_TEMP"), Some(b.shutdown_temp_c.to_string()));
+            assert_eq!(
+                v("DCGM_FI_DEV_SLOWDOWN_TEMP"),
+                Some(b.slowdown_temp_c.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_SHUTDOWN_TEMP"),
+                Some(b.shutdown_temp_c.to_string())
+            );
             assert_eq!(
                 v("DCGM_FI_DEV_GPU_MAX_OP_TEMP"),
                 Some(b.gpu_max_operating_temp_c.to_string())
@@ -1727,8 +1757,14 @@ mod link_tests {
             assert_eq!(v("DCGM_FI_DEV_PSTATE").as_deref(), Some("0"));
             let f = m.fabric(gpu, T);
             assert_eq!(v("DCGM_FI_DEV_FABRIC_MANAGER_STATUS").as_deref(), Some("3"));
-            assert_eq!(v("DCGM_FI_DEV_FABRIC_CLIQUE_ID"), Some(f.clique_id.to_string()));
-            assert_eq!(v("DCGM_FI_DEV_FABRIC_HEALTH_MASK"), Some(f.health_mask.to_string()));
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_CLIQUE_ID"),
+                Some(f.clique_id.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_HEALTH_MASK"),
+                Some(f.health_mask.to_string())
+            );
             assert_eq!(
                 v("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY"),
                 Some(f.health_summary.to_string())

@@ -4,7 +4,9 @@
 //! `INVALID_ARGUMENT`.
 
 use crate::board::board;
-use crate::ffi::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, InOut, Out, Ret, struct_version};
+use crate::ffi::{
+    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, NOT_SUPPORTED, Out, Ret, struct_version,
+};
 use crate::state::{Dev, device_call};
 use gpu_sim::fans::{FAN_MAX_PERCENT, FAN_MIN_PERCENT};
 use nvml_wrapper_sys::bindings::*;

@@ -29,7 +29,10 @@ fn fabric_v3(nvml: &nvml_wrapper::Nvml, index: u32) -> nvmlGpuFabricInfoV_t {
     let mut info: nvmlGpuFabricInfoV_t = unsafe { std::mem::zeroed() };
     info.version = std::mem::size_of::<nvmlGpuFabricInfoV_t>() as u32 | 3 << 24;
     // SAFETY: a live handle and a valid out-struct with its version set.
-    let rc = unsafe { nvml.lib().nvmlDeviceGetGpuFabricInfoV(dev.handle(), &mut info) };
+    let rc = unsafe {
+        nvml.lib()
+            .nvmlDeviceGetGpuFabricInfoV(dev.handle(), &mut info)
+    };
     assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
     info
 }
@@ -68,7 +71,10 @@ fn links_go_down_errors_count_per_link_and_the_fabric_reports_its_health() {
                 assert_eq!((rc, state), (0, u64::from(active)));
                 let errors = m.nvlink_link_errors(i, link, t);
                 assert_eq!(l.error_counter(ErrorCounter::DlReplay).unwrap(), errors[2]);
-                assert_eq!(l.error_counter(ErrorCounter::DlRecovery).unwrap(), errors[3]);
+                assert_eq!(
+                    l.error_counter(ErrorCounter::DlRecovery).unwrap(),
+                    errors[3]
+                );
                 // A down link carries no traffic.
                 let (_, tx) = field(
                     &nvml,

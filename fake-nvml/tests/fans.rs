@@ -19,7 +19,10 @@ fn fan_speeds_follow_the_model_and_fanless_boards_say_not_supported() {
     let want = m.fan_speed_percent(0, 0, T).expect("the Ada board's fan");
     assert_eq!(ada.num_fans().unwrap(), 1);
     assert_eq!(ada.fan_speed(0).unwrap(), want);
-    assert_eq!(ada.fan_speed_rpm(0).unwrap(), m.fan_speed_rpm(0, 0, T).unwrap());
+    assert_eq!(
+        ada.fan_speed_rpm(0).unwrap(),
+        m.fan_speed_rpm(0, 0, T).unwrap()
+    );
     assert!(matches!(ada.fan_speed(1), Err(NvmlError::InvalidArg)));
     // The first fan through the unversioned call, as DCGM reads DCGM_FI_DEV_FAN_SPEED.
     let mut speed = 0;
@@ -28,7 +31,10 @@ fn fan_speeds_follow_the_model_and_fanless_boards_say_not_supported() {
     assert_eq!((rc, speed), (nvmlReturn_enum_NVML_SUCCESS, want));
     let (mut lo, mut hi) = (0, 0);
     // SAFETY: as above.
-    let rc = unsafe { nvml.lib().nvmlDeviceGetMinMaxFanSpeed(ada.handle(), &mut lo, &mut hi) };
+    let rc = unsafe {
+        nvml.lib()
+            .nvmlDeviceGetMinMaxFanSpeed(ada.handle(), &mut lo, &mut hi)
+    };
     assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
     assert!(lo <= want && want <= hi, "{lo} <= {want} <= {hi}");
 

@@ -154,7 +154,9 @@ pub(crate) fn check_fault(s: &Scenario, f: &Fault) -> Result<(), String> {
         Fault::Fabric { gpu, .. } => {
             let m = model(gpu);
             if !m.is_some_and(|m| m.nvlink_links > 0 && m.architecture >= HOPPER) {
-                return Err(format!("GPU {gpu} has no NVLink fabric (Hopper or newer with NVLink)"));
+                return Err(format!(
+                    "GPU {gpu} has no NVLink fabric (Hopper or newer with NVLink)"
+                ));
             }
         }
         _ => {}
@@ -254,7 +256,9 @@ mod tests {
 
     #[test]
     fn a_link_goes_down_in_its_window_only() {
-        let n = node("[[faults]]\nkind = \"nvlink_down\"\nfrom_s = 10\nuntil_s = 20\ngpu = 1\nlink = 3\n");
+        let n = node(
+            "[[faults]]\nkind = \"nvlink_down\"\nfrom_s = 10\nuntil_s = 20\ngpu = 1\nlink = 3\n",
+        );
         assert!(n.nvlink_active(1, 3, 9.0));
         assert!(!n.nvlink_active(1, 3, 10.0));
         assert!(n.nvlink_active(1, 3, 20.0));
@@ -288,7 +292,10 @@ mod tests {
             "[[faults]]\nkind = \"fabric\"\nfrom_s = 30\ngpu = 1\nhealth_mask = {unhealthy}\n"
         ));
         let ok = n.fabric(1, 0.0);
-        assert_eq!((ok.state, ok.status, ok.clique_id), (FabricState::Completed, 0, 7));
+        assert_eq!(
+            (ok.state, ok.status, ok.clique_id),
+            (FabricState::Completed, 0, 7)
+        );
         assert_eq!(ok.cluster_uuid[0], 0x0a);
         assert_eq!(ok.cluster_uuid[15], 0xf9);
         assert_eq!(ok.health_summary, 1);

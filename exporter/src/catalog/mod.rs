@@ -480,10 +480,34 @@ pub const FIELDS: &[FieldDef] = &[
         Gauge,
     ),
     // Thermal limits, performance state, fans, fabric and per-link NVLink (issue 17).
-    v("DCGM_FI_DEV_SLOWDOWN_TEMP", Q::SlowdownTemp, Int, Device, Gauge),
-    v("DCGM_FI_DEV_SHUTDOWN_TEMP", Q::ShutdownTemp, Int, Device, Gauge),
-    v("DCGM_FI_DEV_GPU_MAX_OP_TEMP", Q::GpuMaxOpTemp, Int, Device, Gauge),
-    v("DCGM_FI_DEV_MEM_MAX_OP_TEMP", Q::MemMaxOpTemp, Int, Device, Gauge),
+    v(
+        "DCGM_FI_DEV_SLOWDOWN_TEMP",
+        Q::SlowdownTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_SHUTDOWN_TEMP",
+        Q::ShutdownTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_GPU_MAX_OP_TEMP",
+        Q::GpuMaxOpTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_MEM_MAX_OP_TEMP",
+        Q::MemMaxOpTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
     v("DCGM_FI_DEV_PSTATE", Q::Pstate, Int, Device, Gauge),
     v("DCGM_FI_DEV_FAN_SPEED", Q::FanSpeed, Int, Device, Gauge),
     v(
@@ -514,7 +538,13 @@ pub const FIELDS: &[FieldDef] = &[
         Device,
         Gauge,
     ),
-    v("DCGM_FI_DEV_NVLINK_GET_STATE", Q::LinkState, Int, Link, Gauge),
+    v(
+        "DCGM_FI_DEV_NVLINK_GET_STATE",
+        Q::LinkState,
+        Int,
+        Link,
+        Gauge,
+    ),
     v(
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL",
         Q::LinkCrcFlitErrors,

@@ -207,7 +207,13 @@ fn board_quantity(node: &SimNode, gpu: u32, t: f64, q: Quantity) -> Option<Resul
 }
 
 /// One link quantity of one link at `t`.
-fn link_quantity(node: &SimNode, gpu: u32, link: u32, t: f64, q: Quantity) -> Result<Raw, ReadError> {
+fn link_quantity(
+    node: &SimNode,
+    gpu: u32,
+    link: u32,
+    t: f64,
+    q: Quantity,
+) -> Result<Raw, ReadError> {
     use Quantity::*;
     let active = node.nvlink_active(gpu, link, t);
     let errors = node.nvlink_link_errors(gpu, link, t);

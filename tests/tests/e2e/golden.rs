@@ -202,7 +202,11 @@ fn exported_values_are_the_scenarios_values() {
             "DCGM_FI_DEV_NVLINK_GET_STATE",
             &[("gpu", idx.as_str()), ("gpu_uuid", uuid)],
         );
-        assert_eq!(states.len() as u32, g.model.nvlink_links, "links of GPU {gpu}");
+        assert_eq!(
+            states.len() as u32,
+            g.model.nvlink_links,
+            "links of GPU {gpu}"
+        );
         assert!(states.iter().all(|s| *s == 1.0), "all links up: {states:?}");
     }
     assert!(series_values(&body, "DCGM_FI_DEV_NVLINK_GET_STATE", &[("gpu", "4")]).is_empty());

@@ -88,10 +88,14 @@ fn label<'a>(s: &'a Value, name: &str) -> &'a str {
 
 /// Wait until `promql` returns `n` series, and return them.
 fn series(prom: &Prometheus, promql: &str, n: usize) -> Vec<Value> {
-    wait_for(&format!("{n} series of {promql}"), Duration::from_secs(60), || {
-        let r = prom.query(promql);
-        (r.len() == n).then_some(r)
-    })
+    wait_for(
+        &format!("{n} series of {promql}"),
+        Duration::from_secs(60),
+        || {
+            let r = prom.query(promql);
+            (r.len() == n).then_some(r)
+        },
+    )
 }
 
 #[test]
@@ -118,20 +122,29 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
         assert_eq!(label(s, "device"), format!("nvidia{gpu}"), "{s}");
         assert_eq!(label(s, "model_name"), "NVIDIA GB200", "{s}");
         assert_eq!(label(s, "Hostname"), "e2e-node", "{s}");
-        assert!(s["metric"].get("UUID").is_none(), "NVLink series name the GPU gpu_uuid: {s}");
+        assert!(
+            s["metric"].get("UUID").is_none(),
+            "NVLink series name the GPU gpu_uuid: {s}"
+        );
         let active = m.nvlink_active(gpu, link, GB200_AT);
         assert_eq!(value(s), f64::from(u8::from(active)), "{s}");
     }
     let down = prom.query("DCGM_FI_DEV_NVLINK_GET_STATE{job=\"gb200\"} == 0");
     assert_eq!(down.len(), 1, "{down:?}");
-    assert_eq!((label(&down[0], "gpu"), label(&down[0], "nvlink")), ("2", "5"));
+    assert_eq!(
+        (label(&down[0], "gpu"), label(&down[0], "nvlink")),
+        ("2", "5")
+    );
     // The downed link's error counters, per link.
     let replay = series(
         &prom,
         "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL{job=\"gb200\",gpu=\"2\",nvlink=\"5\"}",
         1,
     );
-    assert_eq!(value(&replay[0]), m.nvlink_link_errors(2, 5, GB200_AT)[2] as f64);
+    assert_eq!(
+        value(&replay[0]),
+        m.nvlink_link_errors(2, 5, GB200_AT)[2] as f64
+    );
 
     // Fabric: registered in the rack's clique; GPU 3's route unhealthy.
     for gpu in 0..m.gpus.len() as u32 {
@@ -142,20 +155,41 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
         };
         assert_eq!(q("DCGM_FI_DEV_FABRIC_MANAGER_STATUS"), 3.0, "GPU {gpu}");
         assert_eq!(q("DCGM_FI_DEV_FABRIC_CLIQUE_ID"), f64::from(f.clique_id));
-        assert_eq!(q("DCGM_FI_DEV_FABRIC_HEALTH_MASK"), f64::from(f.health_mask));
-        assert_eq!(q("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY"), f64::from(f.health_summary));
+        assert_eq!(
+            q("DCGM_FI_DEV_FABRIC_HEALTH_MASK"),
+            f64::from(f.health_mask)
+        );
+        assert_eq!(
+            q("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY"),
+            f64::from(f.health_summary)
+        );
         let board = &m.gpus[gpu as usize].model.board;
-        assert_eq!(q("DCGM_FI_DEV_SLOWDOWN_TEMP"), f64::from(board.slowdown_temp_c));
-        assert_eq!(q("DCGM_FI_DEV_SHUTDOWN_TEMP"), f64::from(board.shutdown_temp_c));
+        assert_eq!(
+            q("DCGM_FI_DEV_SLOWDOWN_TEMP"),
+            f64::from(board.slowdown_temp_c)
+        );
+        assert_eq!(
+            q("DCGM_FI_DEV_SHUTDOWN_TEMP"),
+            f64::from(board.shutdown_temp_c)
+        );
         assert_eq!(q("DCGM_FI_DEV_PSTATE"), 0.0);
     }
-    assert_eq!(m.fabric(3, GB200_AT).health_summary, 2, "the scenario's fault");
+    assert_eq!(
+        m.fabric(3, GB200_AT).health_summary,
+        2,
+        "the scenario's fault"
+    );
     // No fans on an NVL72 GPU: no series rather than zeros.
-    assert!(prom.query("DCGM_FI_DEV_FAN_SPEED{job=\"gb200\"}").is_empty());
+    assert!(
+        prom.query("DCGM_FI_DEV_FAN_SPEED{job=\"gb200\"}")
+            .is_empty()
+    );
 
     // The fan of the actively cooled board, and only that board's.
     let f = model(FANS, FANS_AT);
-    let fan_gpus: Vec<u32> = (0..f.gpus.len() as u32).filter(|g| f.fans(*g) > 0).collect();
+    let fan_gpus: Vec<u32> = (0..f.gpus.len() as u32)
+        .filter(|g| f.fans(*g) > 0)
+        .collect();
     assert_eq!(fan_gpus.len(), 1);
     let speeds = series(&prom, "DCGM_FI_DEV_FAN_SPEED{job=\"fans\"}", 1);
     assert_eq!(label(&speeds[0], "gpu"), fan_gpus[0].to_string());
@@ -188,11 +222,18 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
             .map(|a| {
                 let l = &a["labels"];
                 let s = |k: &str| l[k].as_str().unwrap_or_default().to_string();
-                let detail = if l["nvlink"].is_string() { s("nvlink") } else { s("reason") };
+                let detail = if l["nvlink"].is_string() {
+                    s("nvlink")
+                } else {
+                    s("reason")
+                };
                 (s("alertname"), s("gpu"), detail)
             })
             .collect();
         (got == want).then_some(())
     });
-    assert!(matched.is_some(), "NVLink and fabric alerts {got:?}, want {want:?}");
+    assert!(
+        matched.is_some(),
+        "NVLink and fabric alerts {got:?}, want {want:?}"
+    );
 }

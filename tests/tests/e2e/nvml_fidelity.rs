@@ -106,8 +106,16 @@ const GPU_FIELDS: &[(&str, &str, Conv)] = &[
     ("DCGM_FI_DEV_MEM_MAX_OP_TEMP", "mem_max_op_temp", Conv::Same),
     ("DCGM_FI_DEV_PSTATE", "pstate", Conv::Same),
     ("DCGM_FI_DEV_FAN_SPEED", "fan_speed", Conv::Same),
-    ("DCGM_FI_DEV_FABRIC_CLIQUE_ID", "fabric/clique_id", Conv::Same),
-    ("DCGM_FI_DEV_FABRIC_HEALTH_MASK", "fabric/health_mask", Conv::Same),
+    (
+        "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
+        "fabric/clique_id",
+        Conv::Same,
+    ),
+    (
+        "DCGM_FI_DEV_FABRIC_HEALTH_MASK",
+        "fabric/health_mask",
+        Conv::Same,
+    ),
     (
         "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
         "fabric/health_summary",

@@ -96,7 +96,9 @@ impl NvmlSource {
                     for (i, part) in fields.by_ref().take(parts).enumerate() {
                         sum = match (i, sum, part) {
                             (0, _, p) => p,
-                            (_, Ok(a), Ok(b)) => Ok(Raw::U64(a.as_f64() as u64 + b.as_f64() as u64)),
+                            (_, Ok(a), Ok(b)) => {
+                                Ok(Raw::U64(a.as_f64() as u64 + b.as_f64() as u64))
+                            }
                             (_, Err(e), _) | (_, _, Err(e)) => Err(e),
                         };
                     }

@@ -1106,8 +1106,14 @@ mod tests {
             fabric_quantity(&info(3, 0, Some(2)), Quantity::FabricHealthSummary),
             Ok(Raw::U64(2))
         );
-        assert_eq!(fabric_quantity(&v2, Quantity::FabricHealthMask), Ok(Raw::U64(410)));
-        assert_eq!(fabric_quantity(&v2, Quantity::FabricCliqueId), Ok(Raw::U64(7)));
+        assert_eq!(
+            fabric_quantity(&v2, Quantity::FabricHealthMask),
+            Ok(Raw::U64(410))
+        );
+        assert_eq!(
+            fabric_quantity(&v2, Quantity::FabricCliqueId),
+            Ok(Raw::U64(7))
+        );
     }
 
     #[test]

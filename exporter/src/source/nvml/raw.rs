@@ -308,7 +308,8 @@ pub enum FabricError {
 /// (as DCGM does).
 pub fn fabric_info(nvml: &Nvml, device: nvmlDevice_t) -> Result<FabricInfo, FabricError> {
     use nvml_wrapper_sys::bindings::{
-        nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfoV_t, nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+        nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfoV_t,
+        nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
     };
     let sym = nvml
         .lib()
