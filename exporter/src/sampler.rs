@@ -1729,6 +1729,7 @@ mod link_tests {
              DCGM_FI_DEV_PSTATE, gauge, e\n\
              DCGM_FI_DEV_FAN_SPEED, gauge, f\n\
              DCGM_FI_DEV_FABRIC_MANAGER_STATUS, gauge, g\n\
+             DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE, gauge, k\n\
              DCGM_FI_DEV_FABRIC_CLIQUE_ID, gauge, h\n\
              DCGM_FI_DEV_FABRIC_HEALTH_MASK, gauge, i\n\
              DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY, gauge, j\n",
@@ -1757,6 +1758,10 @@ mod link_tests {
             assert_eq!(v("DCGM_FI_DEV_PSTATE").as_deref(), Some("0"));
             let f = m.fabric(gpu, T);
             assert_eq!(v("DCGM_FI_DEV_FABRIC_MANAGER_STATUS").as_deref(), Some("3"));
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE").as_deref(),
+                Some("0")
+            );
             assert_eq!(
                 v("DCGM_FI_DEV_FABRIC_CLIQUE_ID"),
                 Some(f.clique_id.to_string())

@@ -82,8 +82,10 @@ pub enum Quantity {
     FanSpeed,
     /// `nvmlDeviceGetGpuFabricInfoV`: DCGM's `dcgmFabricManagerStatus_t` (0 not
     /// supported, 1 not started, 2 in progress, 3 success, 4 failure), clique ID,
-    /// health mask bits and the v3 health summary (1 healthy, 2 unhealthy, 3 limited).
+    /// health mask bits and the v3 health summary (1 healthy, 2 unhealthy, 3 limited);
+    /// the registration's error as a DCGM return code (0, or negative).
     FabricManagerStatus,
+    FabricManagerError,
     FabricCliqueId,
     FabricHealthMask,
     FabricHealthSummary,
@@ -513,6 +515,13 @@ pub const FIELDS: &[FieldDef] = &[
     v(
         "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
         Q::FabricManagerStatus,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+        Q::FabricManagerError,
         Int,
         Device,
         Gauge,

@@ -191,13 +191,13 @@ fn board_quantity(node: &SimNode, gpu: u32, t: f64, q: Quantity) -> Option<Resul
                 .map(|v| Raw::U64(v.into()))
                 .ok_or(ReadError::NotSupported),
         ),
-        FabricManagerStatus => Some(fabric().map(|f| {
-            // DCGM's status: completed with an error status is a failure (4).
-            Raw::U64(match (f.state.nvml(), f.status) {
-                (3, 0) => 3,
-                (3, _) => 4,
-                (s, _) => s.into(),
-            })
+        FabricManagerStatus => {
+            Some(fabric().map(|f| Raw::U64(super::fabric_manager_status(f.state.nvml(), f.status))))
+        }
+        FabricManagerError => Some(fabric().and_then(|f| {
+            super::fabric_manager_error(f.state.nvml(), f.status)
+                .map(|e| Raw::F64(e as f64))
+                .ok_or(ReadError::NoValueYet)
         })),
         FabricCliqueId => Some(fabric().map(|f| Raw::U64(f.clique_id.into()))),
         FabricHealthMask => Some(fabric().map(|f| Raw::U64(f.health_mask.into()))),
@@ -269,9 +269,11 @@ fn capability(q: Quantity) -> Option<Capability> {
         SlowdownTemp | ShutdownTemp | GpuMaxOpTemp | MemMaxOpTemp => Capability::Temperature,
         Pstate => Capability::Clocks,
         FanSpeed => return None,
-        FabricManagerStatus | FabricCliqueId | FabricHealthMask | FabricHealthSummary
-        | LinkState | LinkCrcFlitErrors | LinkCrcDataErrors | LinkReplayErrors
-        | LinkRecoveryErrors | LinkTxKib | LinkRxKib | LinkDataKib => Capability::Nvlink,
+        FabricManagerStatus | FabricManagerError | FabricCliqueId | FabricHealthMask
+        | FabricHealthSummary | LinkState | LinkCrcFlitErrors | LinkCrcDataErrors
+        | LinkReplayErrors | LinkRecoveryErrors | LinkTxKib | LinkRxKib | LinkDataKib => {
+            Capability::Nvlink
+        }
         _ => Capability::Gpm,
     })
 }

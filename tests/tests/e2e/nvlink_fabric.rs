@@ -185,6 +185,19 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
             .is_empty()
     );
 
+    // A failed registration (dashboards node, GPU 4: completed with NVML_ERROR_UNKNOWN):
+    // DCGM's failure status and its DCGM_ST_NVML_ERROR code.
+    let failed = |name: &str| {
+        let r = series(&prom, &format!("{name}{{job=\"fans\",gpu=\"4\"}}"), 1);
+        value(&r[0])
+    };
+    assert_eq!(failed("DCGM_FI_DEV_FABRIC_MANAGER_STATUS"), 4.0);
+    assert_eq!(failed("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"), -8.0);
+    assert_eq!(
+        prom.query("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE{job=\"gb200\"} != 0"),
+        Vec::<Value>::new()
+    );
+
     // The fan of the actively cooled board, and only that board's.
     let f = model(FANS, FANS_AT);
     let fan_gpus: Vec<u32> = (0..f.gpus.len() as u32)

@@ -501,20 +501,6 @@ impl NvmlSource {
     }
 }
 
-/// DCGM's `dcgmFabricManagerStatus_t` for a fabric state and registration status.
-fn fabric_manager_status(state: u8, status: u32) -> u64 {
-    use nvml_wrapper_sys::bindings::*;
-    match u32::from(state) {
-        NVML_GPU_FABRIC_STATE_NOT_SUPPORTED => 0,
-        NVML_GPU_FABRIC_STATE_NOT_STARTED => 1,
-        NVML_GPU_FABRIC_STATE_IN_PROGRESS => 2,
-        NVML_GPU_FABRIC_STATE_COMPLETED if status == nvmlReturn_enum_NVML_SUCCESS => 3,
-        NVML_GPU_FABRIC_STATE_COMPLETED => 4,
-        // Unrecognized.
-        _ => 5,
-    }
-}
-
 /// A fabric quantity from one fabric-info read, as DCGM derives its fields.
 fn fabric_quantity(
     f: &Result<raw::FabricInfo, raw::FabricError>,
@@ -530,7 +516,13 @@ fn fabric_quantity(
         Err(raw::FabricError::Read(e)) => return Err(e.clone()),
     };
     Ok(Raw::U64(match q {
-        Quantity::FabricManagerStatus => fabric_manager_status(info.state, info.status),
+        Quantity::FabricManagerStatus => super::fabric_manager_status(info.state, info.status),
+        Quantity::FabricManagerError => {
+            // Negative DCGM codes: a float reading, printed as the integer it is.
+            return super::fabric_manager_error(info.state, info.status)
+                .map(|e| Raw::F64(e as f64))
+                .ok_or(ReadError::NoValueYet);
+        }
         Quantity::FabricCliqueId => info.clique_id.into(),
         Quantity::FabricHealthMask => info.health_mask.into(),
         _ => info.health_summary.ok_or(ReadError::NotSupported)?.into(),
@@ -1015,7 +1007,8 @@ impl NvmlSource {
                     .nvml()
                     .and_then(|nvml| raw::fan_speed(nvml, unsafe { dev.handle() }))
                     .map(|v| Raw::U64(v.into())),
-                FabricManagerStatus | FabricCliqueId | FabricHealthMask | FabricHealthSummary => {
+                FabricManagerStatus | FabricManagerError | FabricCliqueId | FabricHealthMask
+                | FabricHealthSummary => {
                     let f = fabric.get_or_insert_with(|| match self.nvml() {
                         // SAFETY: `dev` is a live handle of this NVML instance.
                         Ok(nvml) => raw::fabric_info(nvml, unsafe { dev.handle() }),
@@ -1113,6 +1106,16 @@ mod tests {
         assert_eq!(
             fabric_quantity(&v2, Quantity::FabricCliqueId),
             Ok(Raw::U64(7))
+        );
+        // The error code: DCGM's conversion of the status, only once completed.
+        let error = |f| fabric_quantity(&f, Quantity::FabricManagerError);
+        assert_eq!(error(info(3, 0, None)), Ok(Raw::F64(0.0)));
+        assert_eq!(error(info(3, 999, None)), Ok(Raw::F64(-8.0)));
+        assert_eq!(error(info(3, 15, None)), Ok(Raw::F64(-18.0)));
+        assert_eq!(error(info(2, 0, None)), Err(ReadError::NoValueYet));
+        assert_eq!(
+            error(Err(raw::FabricError::NoSymbol)),
+            Err(ReadError::NotSupported)
         );
     }
 
