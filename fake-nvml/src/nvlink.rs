@@ -1,6 +1,8 @@
-//! NVLink: per-link state, version, capabilities, remote end and error counters. The
-//! links of an HGX board end at its NVSwitches (the model's `nvswitches`), spread
-//! evenly over them.
+//! NVLink: per-link state, version, capabilities, remote end and error counters, and
+//! the GPU's fabric registration. The links of an HGX board end at its NVSwitches (the
+//! model's `nvswitches`), spread evenly over them. Link state, per-link errors and the
+//! fabric follow the scenario's `nvlink_down`, `nvlink_errors` and `fabric` faults
+//! (`gpu_sim::fabric`).
 
 use crate::ffi::{
     ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str,

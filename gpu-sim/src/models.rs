@@ -21,7 +21,7 @@ pub struct ModelProfile {
     pub name: &'static str,
     /// NVML brand enum value (`NVML_BRAND_NVIDIA` = 14 on data-centre parts).
     pub brand: u32,
-    /// NVML architecture enum value (7 = Ampere, 9 = Hopper, 8 = Ada).
+    /// NVML architecture enum value (7 = Ampere, 8 = Ada, 9 = Hopper, 10 = Blackwell).
     pub architecture: u32,
     pub memory_total_mib: u64,
     pub memory_reserved_mib: u64,
