@@ -2016,6 +2016,8 @@ mod link_tests {
                 hostname: Some(("hostname".into(), "tray-1".into())),
                 replace_blanks_in_model_name: true,
                 process_metrics: false,
+                pod_uid: false,
+                virtual_gpus: false,
             },
             "".into(),
         );
