@@ -15,6 +15,7 @@ fn comparable(body: &str) -> Vec<String> {
         "gpu_exporter_sample_duration_seconds",
         "gpu_exporter_scrape_duration_seconds",
         "gpu_exporter_last_sample_timestamp_seconds",
+        "gpu_exporter_config_last_reload_success_timestamp_seconds",
         "gpu_exporter_build_info",
         // NVML stamps an XID when it arrives; the simulation at its scenario time.
         "gpu_exporter_xid_last_seen_timestamp_seconds",
