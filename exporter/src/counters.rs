@@ -3,7 +3,7 @@
 //! columns trimmed, standard CSV quoting. The result is an [`ExportPlan`]: which fields
 //! become metric families, in file order, and which become labels.
 
-use crate::catalog::{self, Convert, FieldSource, LabelField, Nature, Quantity, Scope};
+use crate::catalog::{self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -46,6 +46,8 @@ pub enum MetricKind {
     },
     /// `DCGM_FI_DEV_XID_ERRORS`: last XID seen.
     LastXid,
+    /// A `DCGM_EXP_*` collector: its series carry their own labels.
+    Exporter(ExporterField),
 }
 
 /// What the exporter will export, decided once at startup.
@@ -67,7 +69,7 @@ impl ExportPlan {
                 MetricKind::Value {
                     quantity, scope, ..
                 } => Some((quantity, scope)),
-                MetricKind::LastXid => None,
+                MetricKind::LastXid | MetricKind::Exporter(_) => None,
             })
             .collect();
         v.sort_by_key(|(q, _)| *q);
@@ -273,6 +275,25 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                 metric_type: MetricType::Gauge,
                 kind: MetricKind::LastXid,
             }),
+            (FieldSource::Exporter(x), declared) => {
+                // dcgm-exporter declares these `counter`, but windowed counts fall as
+                // the window slides and the health status is an enum.
+                if declared != DeclaredType::Gauge {
+                    warnings.push(PlanWarning {
+                        line,
+                        message: format!(
+                            "{name} is declared {ty} but can go down; exported as gauge"
+                        ),
+                        notice: true,
+                    });
+                }
+                plan.metrics.push(MetricField {
+                    name: def.name,
+                    help: help.to_string(),
+                    metric_type: MetricType::Gauge,
+                    kind: MetricKind::Exporter(x),
+                });
+            }
             (
                 FieldSource::Value {
                     quantity,

@@ -18,6 +18,7 @@ pub mod counters;
 pub mod demo;
 pub mod encode;
 pub mod error;
+pub mod health;
 pub mod http;
 pub mod sampler;
 pub mod snapshot;

@@ -113,6 +113,11 @@ pub struct GpuReading {
     pub remapped_uncorrectable: u64,
     pub remap_pending: bool,
     pub remap_failure: bool,
+    /// ECC mode now and after the next reboot (`nvmlDeviceGetEccMode`).
+    pub ecc_mode_current: bool,
+    pub ecc_mode_pending: bool,
+    /// `nvmlDeviceGpuRecoveryAction_t`: 0 none, 1 GPU reset, 2 node reboot...
+    pub recovery_action: u32,
     /// Cumulative NVLink data throughput, all links, KiB.
     pub nvlink_rx_kib: u64,
     pub nvlink_tx_kib: u64,
@@ -329,6 +334,15 @@ impl SimNode {
                     gpu_instance,
                     code,
                 }),
+                // The driver reports XID 154 ("GPU recovery action changed").
+                Fault::RecoveryAction { at_s, gpu, .. } if at_s > after_s && at_s <= up_to_s => {
+                    Some(XidEvent {
+                        at_s,
+                        gpu,
+                        gpu_instance: None,
+                        code: 154,
+                    })
+                }
                 _ => None,
             })
             .collect();
@@ -432,6 +446,9 @@ impl SimNode {
             remapped_uncorrectable: 0,
             remap_pending: false,
             remap_failure: false,
+            ecc_mode_current: true,
+            ecc_mode_pending: true,
+            recovery_action: 0,
             nvlink_rx_kib: (m.nvlink_peak_kib_s as f64 * 0.30 * u_int / 100.0).round() as u64,
             nvlink_tx_kib: (m.nvlink_peak_kib_s as f64 * 0.28 * u_int / 100.0).round() as u64,
             nvlink_errors: [0; 4],
@@ -472,11 +489,24 @@ impl SimNode {
                     correctable,
                     uncorrectable,
                     failure,
+                    pending,
                 } if g == gpu && at_s <= t => {
                     r.remapped_correctable += correctable;
                     r.remapped_uncorrectable += uncorrectable;
                     r.remap_failure |= failure;
+                    r.remap_pending |= pending;
                 }
+                // The latest action in force wins, as the driver keeps only one.
+                Fault::RecoveryAction {
+                    at_s,
+                    gpu: g,
+                    action,
+                } if g == gpu && at_s <= t => r.recovery_action = action,
+                Fault::EccModePending {
+                    at_s,
+                    gpu: g,
+                    enabled,
+                } if g == gpu && at_s <= t => r.ecc_mode_pending = enabled,
                 Fault::PcieReplay {
                     at_s,
                     gpu: g,

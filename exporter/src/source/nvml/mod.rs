@@ -85,6 +85,10 @@ mod field {
             RemappedCorrectable => &[(NVML_FI_DEV_REMAPPED_COR, 0)],
             RemappedUncorrectable => &[(NVML_FI_DEV_REMAPPED_UNC, 0)],
             RemapFailure => &[(NVML_FI_DEV_REMAPPED_FAILURE, 0)],
+            EccModeCurrent => &[(NVML_FI_DEV_ECC_CURRENT, 0)],
+            EccModePending => &[(NVML_FI_DEV_ECC_PENDING, 0)],
+            RemapPending => &[(NVML_FI_DEV_REMAPPED_PENDING, 0)],
+            RecoveryAction => &[(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0)],
             _ => &[],
         }
     }
