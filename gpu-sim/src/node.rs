@@ -933,3 +933,52 @@ mod tests {
         assert!(n.driver_available(19.0) && !n.driver_available(20.0) && n.driver_available(30.0));
     }
 }
+
+#[cfg(test)]
+mod health_signal_tests {
+    use crate::{Scenario, SimNode};
+
+    fn node(faults: &str) -> SimNode {
+        let text = format!("[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\ncount = 2\n{faults}");
+        SimNode::new(
+            &Scenario::parse_toml(&text, "t").unwrap(),
+            std::time::SystemTime::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn a_recovery_action_holds_from_its_instant_and_raises_xid_154() {
+        let n = node(
+            "[[faults]]\nkind = \"recovery_action\"\nat_s = 5\ngpu = 1\naction = 4\n\
+             [[faults]]\nkind = \"recovery_action\"\nat_s = 9\ngpu = 1\naction = 0\n",
+        );
+        assert_eq!(n.gpu_reading(1, 4.0).recovery_action, 0);
+        assert_eq!(n.gpu_reading(1, 6.0).recovery_action, 4);
+        assert_eq!(n.gpu_reading(0, 6.0).recovery_action, 0);
+        // Cleared again (the GPU was reset): the later fault wins.
+        assert_eq!(n.gpu_reading(1, 10.0).recovery_action, 0);
+        let xids = n.xids_between(0.0, 6.0);
+        assert_eq!(xids.len(), 1);
+        assert_eq!((xids[0].gpu, xids[0].code), (1, 154));
+    }
+
+    #[test]
+    fn pending_remaps_and_ecc_mode_changes_follow_their_faults() {
+        let n = node(
+            "[[faults]]\nkind = \"row_remap\"\nat_s = 5\ngpu = 0\npending = true\n\
+             [[faults]]\nkind = \"ecc_mode_pending\"\nat_s = 5\ngpu = 1\nenabled = false\n",
+        );
+        let (before, after) = (n.gpu_reading(0, 1.0), n.gpu_reading(0, 6.0));
+        assert!(!before.remap_pending && after.remap_pending);
+        let r = n.gpu_reading(1, 6.0);
+        assert!(r.ecc_mode_current && !r.ecc_mode_pending);
+        assert!(n.gpu_reading(1, 1.0).ecc_mode_pending);
+    }
+
+    #[test]
+    fn an_unknown_recovery_action_is_refused() {
+        let text = "[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[faults]]\nkind = \"recovery_action\"\nat_s = 1\ngpu = 0\naction = 9\n";
+        let e = Scenario::parse_toml(text, "t").unwrap_err().to_string();
+        assert!(e.contains("recovery action 9"), "{e}");
+    }
+}
