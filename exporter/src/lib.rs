@@ -197,7 +197,10 @@ pub fn run(cli: Cli) -> Result<()> {
         plan.clone(),
         build_labels.clone(),
     )));
-    let mut sampler = Sampler::new(source, plan, opts, build_labels);
+    let mut sampler = Sampler::new(source, plan, opts, build_labels).with_count_windows(
+        std::time::Duration::from_millis(cli.xid_count_window_size),
+        std::time::Duration::from_millis(cli.clock_events_count_window_size),
+    );
     if cli.kubernetes {
         sampler = sampler.with_attribution(start_attribution(
             &KubernetesOptions::from_cli(&cli),

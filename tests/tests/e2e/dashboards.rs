@@ -123,7 +123,7 @@ fn rules() -> Vec<Value> {
 }
 
 /// Write the PrometheusRule's spec as a rule file (JSON is YAML) into `dir`.
-fn write_rule_file(dir: &Path) -> PathBuf {
+pub(super) fn write_rule_file(dir: &Path) -> PathBuf {
     let path = dir.join(RULES_FILE_NAME);
     let spec = &prometheus_rule()["spec"];
     std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).expect("write rules");

@@ -16,6 +16,7 @@ mod faults;
 mod faults_adapter;
 mod features;
 mod golden;
+mod health_signals;
 mod helm;
 mod images;
 mod layering;
