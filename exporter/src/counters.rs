@@ -378,6 +378,23 @@ mod tests {
         assert_eq!(energy.metric_type, MetricType::Counter);
     }
 
+    /// The list the kustomize base and the Helm chart deploy plans whole, the health
+    /// rows included (a help text with an unquoted comma would stop every exporter).
+    #[test]
+    fn the_deployed_list_plans_its_health_rows() {
+        let text = include_str!("../../deploy/base/exporter/counters.csv");
+        let (p, _) = plan(text, "counters.csv").unwrap();
+        for name in [
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            "DCGM_FI_DEV_ECC_PENDING",
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            "DCGM_EXP_GPU_HEALTH_STATUS",
+        ] {
+            assert!(p.metrics.iter().any(|m| m.name == name), "{name}");
+        }
+    }
+
     #[test]
     fn quoted_help_with_commas_spaces_and_comments_parse() {
         let text = "# comment\n\n  DCGM_FI_DEV_GPU_TEMP ,  gauge , \"Temp, in C\"\n";
