@@ -172,13 +172,24 @@ pub struct Cli {
     pub http2_max_streams_per_connection: u32,
 
     /// Set time window size in milliseconds (ms) for counting active XID errors.
-    #[arg(short = 'x', long, env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", hide_env_values = true,
-          value_name = "MS", default_value_t = 300_000)]
+    #[arg(
+        short = 'x',
+        long,
+        env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
+        hide_env_values = true,
+        value_name = "MS",
+        default_value_t = 300_000
+    )]
     pub xid_count_window_size: u64,
 
     /// Set time window size in milliseconds (ms) for counting clock events.
-    #[arg(long, env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", hide_env_values = true,
-          value_name = "MS", default_value_t = 300_000)]
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
+        hide_env_values = true,
+        value_name = "MS",
+        default_value_t = 300_000
+    )]
     pub clock_events_count_window_size: u64,
 
     /// Log format.

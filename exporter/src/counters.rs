@@ -3,7 +3,9 @@
 //! columns trimmed, standard CSV quoting. The result is an [`ExportPlan`]: which fields
 //! become metric families, in file order, and which become labels.
 
-use crate::catalog::{self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope};
+use crate::catalog::{
+    self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope,
+};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;

@@ -16,8 +16,8 @@ use crate::attribution::Attributor;
 use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
 use crate::attribution::pods::PodDirectory;
 use crate::catalog::{Convert, ExporterField, Quantity, Scope};
-use crate::health::{self, CounterHistory, Window};
 use crate::counters::{ExportPlan, MetricKind};
+use crate::health::{self, CounterHistory, Window};
 use crate::snapshot::{
     EntitySnapshot, ExporterValues, Snapshot, SnapshotStore, Value, XidStat, push_label,
 };
@@ -1724,7 +1724,11 @@ mod exporter_collector_tests {
             "t",
         )
         .unwrap();
-        assert_eq!(warnings.len(), 3, "each declared counter is noted: {warnings:?}");
+        assert_eq!(
+            warnings.len(),
+            3,
+            "each declared counter is noted: {warnings:?}"
+        );
         let source = OneGpu::default();
         let mut s = Sampler::new(
             Box::new(source.clone()),
@@ -1770,9 +1774,12 @@ mod exporter_collector_tests {
         src.remap_pending = 1;
         drop(src);
         let second = text(&s.cycle());
-        assert!(second.contains(&format!(
-            "DCGM_EXP_XID_ERRORS_COUNT{{{gpu},window_size_in_ms=\"60000\",xid=\"31\"}} 2\n"
-        )), "{second}");
+        assert!(
+            second.contains(&format!(
+                "DCGM_EXP_XID_ERRORS_COUNT{{{gpu},window_size_in_ms=\"60000\",xid=\"31\"}} 2\n"
+            )),
+            "{second}"
+        );
         assert!(second.contains(&format!(
             "DCGM_EXP_XID_ERRORS_COUNT{{{gpu},window_size_in_ms=\"60000\",xid=\"43\"}} 1\n"
         )));

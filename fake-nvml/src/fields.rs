@@ -35,7 +35,10 @@ pub const RECOVERY_ACTION_DRIVER: u32 = 570;
 /// The major branch of the simulated driver (`"580.82.07"` → 580; 0 if unparsable).
 fn driver_major(d: &Dev) -> u32 {
     let v = &d.node().driver_version;
-    v.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0)
+    v.split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The value of one field, or the per-field return code.

@@ -13,15 +13,20 @@ const SCENARIO: &str = "tests/fixtures/health-signals.toml";
 /// The model's reading of each GPU once every fault has begun (all start by 1 s and
 /// hold): the oracle for the gauges.
 fn model() -> SimNode {
-    let s = Scenario::load(std::path::Path::new(
-        &e2e_tests::workspace().join(SCENARIO),
-    ))
-    .expect("scenario");
+    let s = Scenario::load(std::path::Path::new(&e2e_tests::workspace().join(SCENARIO)))
+        .expect("scenario");
     SimNode::new(&s, SystemTime::UNIX_EPOCH)
 }
 
+/// One model value of a GPU reading.
+type Getter = fn(&gpu_sim::GpuReading) -> u64;
+
 fn value(s: &serde_json::Value) -> f64 {
-    s["value"][1].as_str().expect("value").parse().expect("number")
+    s["value"][1]
+        .as_str()
+        .expect("value")
+        .parse()
+        .expect("number")
 }
 
 /// `promql`'s series by their `gpu` label, once there are `n`.
@@ -70,9 +75,13 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
     let t = 5.0;
 
     // The gauges, against the model.
-    let gauges: [(&str, fn(&gpu_sim::GpuReading) -> u64); 4] = [
-        ("DCGM_FI_DEV_ROW_REMAP_PENDING", |r| u64::from(r.remap_pending)),
-        ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", |r| u64::from(r.recovery_action)),
+    let gauges: [(&str, Getter); 4] = [
+        ("DCGM_FI_DEV_ROW_REMAP_PENDING", |r| {
+            u64::from(r.remap_pending)
+        }),
+        ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", |r| {
+            u64::from(r.recovery_action)
+        }),
         ("DCGM_FI_DEV_ECC_CURRENT", |r| u64::from(r.ecc_mode_current)),
         ("DCGM_FI_DEV_ECC_PENDING", |r| u64::from(r.ecc_mode_pending)),
     ];
@@ -91,7 +100,11 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
     // raised on GPU 0, and GPU 2's empty window as one zero series without `xid`.
     let xids = by_gpu(&prom, "DCGM_EXP_XID_ERRORS_COUNT", 3);
     let labels = |s: &serde_json::Value, k: &str| s["metric"][k].as_str().map(str::to_string);
-    assert_eq!(labels(&xids[0].1, "xid").as_deref(), Some("154"), "{xids:?}");
+    assert_eq!(
+        labels(&xids[0].1, "xid").as_deref(),
+        Some("154"),
+        "{xids:?}"
+    );
     assert_eq!(value(&xids[0].1), 1.0);
     assert_eq!(labels(&xids[1].1, "xid").as_deref(), Some("13"));
     assert_eq!(value(&xids[1].1), 3.0);
@@ -127,8 +140,14 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
         )
     };
     by_gpu(&prom, "DCGM_EXP_GPU_HEALTH_STATUS{health_watch=\"ALL\"}", 3);
-    assert_eq!(health("0", "ALL"), (20.0, "DCGM_FR_GPU_RECOVERY_REBOOT".into()));
-    assert_eq!(health("0", "MEM"), (10.0, "DCGM_FR_PENDING_ROW_REMAP".into()));
+    assert_eq!(
+        health("0", "ALL"),
+        (20.0, "DCGM_FR_GPU_RECOVERY_REBOOT".into())
+    );
+    assert_eq!(
+        health("0", "MEM"),
+        (10.0, "DCGM_FR_PENDING_ROW_REMAP".into())
+    );
     assert_eq!(
         health("1", "THERMAL"),
         (10.0, "DCGM_FR_CLOCK_THROTTLE_THERMAL".into())
@@ -151,10 +170,14 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
     // Four XIDs in the window are not a burst.
     assert!(prom.query("ALERTS{alertname=\"GPUXidBurst\"}").is_empty());
     // Pending with its `for`, on the GPU it names and no other.
-    let pending = wait_for("GPURowRemapPending pending", Duration::from_secs(30), || {
-        let r = prom.query("ALERTS{alertname=\"GPURowRemapPending\"}");
-        (!r.is_empty()).then_some(r)
-    });
+    let pending = wait_for(
+        "GPURowRemapPending pending",
+        Duration::from_secs(30),
+        || {
+            let r = prom.query("ALERTS{alertname=\"GPURowRemapPending\"}");
+            (!r.is_empty()).then_some(r)
+        },
+    );
     assert_eq!(pending.len(), 1, "{pending:?}");
     assert_eq!(pending[0]["metric"]["gpu"], "0");
     assert_eq!(pending[0]["metric"]["alertstate"], "pending");
