@@ -314,6 +314,8 @@ fn dcgm_fields(expr: &str) -> Vec<&str> {
                 .unwrap_or(tail.len());
             &tail[..end]
         })
+        // `DCGM_FR_*` are health error codes (label values), not fields.
+        .filter(|f| !f.starts_with("DCGM_FR_"))
         .collect()
 }
 
@@ -525,11 +527,7 @@ fn the_deployed_counters_enable_every_field_the_dashboards_and_alerts_read() {
     }
     let rules = std::fs::read_to_string(root().join("dashboards/alerts/prometheusrule.yaml"))
         .expect("rules");
-    // `DCGM_FR_*` are health error codes (label values), not fields.
-    for field in dcgm_fields(&rules)
-        .into_iter()
-        .filter(|f| !f.starts_with("DCGM_FR_"))
-    {
+    for field in dcgm_fields(&rules) {
         used.entry(field.to_string())
             .or_insert_with(|| "the alert rules".into());
     }
@@ -839,13 +837,37 @@ fn active_alerts(prom: &Prometheus) -> BTreeSet<(String, String, String)> {
         .collect()
 }
 
+/// `tests/fixtures/all-fields.csv` plus the health-signal rows of
+/// `tests/fixtures/health-signals.csv` it lacks, in a scratch file.
+fn all_fields_and_health_signals() -> PathBuf {
+    let all = std::fs::read_to_string(root().join("tests/fixtures/all-fields.csv")).unwrap();
+    let health = std::fs::read_to_string(root().join("tests/fixtures/health-signals.csv")).unwrap();
+    let field = |l: &str| l.split(',').next().unwrap_or("").trim().to_string();
+    let have: BTreeSet<String> = all
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(field)
+        .collect();
+    let mut csv = all.clone();
+    for l in health.lines() {
+        if !l.trim_start().starts_with('#') && !l.trim().is_empty() && !have.contains(&field(l)) {
+            csv.push_str(l);
+            csv.push('\n');
+        }
+    }
+    let path = scratch_dir("dashboards-csv").join("counters.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
 #[test]
 fn every_panel_query_returns_data_on_a_simulated_node() {
+    let csv = all_fields_and_health_signals();
     let exporter = Exporter::start(
         &[
             &format!("--simulate={SCENARIO}"),
             "-f",
-            "tests/fixtures/all-fields.csv",
+            csv.to_str().expect("utf-8"),
             "--kubernetes-pod-labels",
             "app",
             "-c",
@@ -943,6 +965,14 @@ fn every_panel_query_returns_data_on_a_simulated_node() {
         ("GPURowRemapFailure", "4", ""),
         ("GPUClocksSlowedDown", "4", ""),
         ("GPUAllocatedButIdle", "1", "notebook-0"),
+        // GPU 4's recovery action (and its XID 154), pending row remap, failing MEM
+        // watch (DBE), and the thermal and power-brake warnings of its clock events
+        // (pending: 15 minutes).
+        ("GPURecoveryActionRequired", "4", ""),
+        ("GPUXidError", "4", "154"),
+        ("GPURowRemapPending", "4", ""),
+        ("GPUUnhealthy", "4", ""),
+        ("GPUHealthWarning", "4", ""),
     ]
     .into_iter()
     .map(|(a, g, d)| (a.to_string(), g.to_string(), d.to_string()))
