@@ -25,7 +25,7 @@ use tls_serving::{PeerCertificates, RemoteAddr, TlsConfigHandle};
 use tokio::sync::Semaphore;
 
 /// Paths served without credentials and without rate limiting, for kubelet probes.
-pub const UNAUTHENTICATED_PATHS: &[&str] = &["/healthz", "/readyz"];
+pub const UNAUTHENTICATED_PATHS: &[&str] = &["/healthz", "/readyz", "/health"];
 
 /// How often the web config file and the certificate, key and CA files it names are
 /// compared with what is being served. exporter-toolkit re-reads them on every

@@ -1,5 +1,6 @@
 //! The HTTP side: `/metrics` renders the current snapshot, `/healthz` says the process
-//! is alive, `/readyz` says whether the GPU data is fresh, `/` links them.
+//! is alive, `/readyz` says whether the GPU data is fresh, `/health` is dcgm-exporter's
+//! name for the same verdict as `/readyz`, `/` links them.
 //!
 //! ## Long poll (issue 16)
 //!
@@ -19,7 +20,7 @@ use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -78,9 +79,13 @@ impl AppState {
         self.interval * STALE_INTERVALS
     }
 
-    /// Whether the GPU data is fresh, and why not.
+    /// Whether the GPU data is fresh and covers at least one device, and why not: the
+    /// one verdict behind `/readyz` and `/health`.
     pub fn readiness(&self, now: Instant) -> Result<(), String> {
         let snap = self.store.load();
+        if snap.source_hung {
+            return Err("an NVML call has not returned (the driver is hung)".into());
+        }
         match snap.success_age(now) {
             None => Err("no successful GPU sample yet".into()),
             Some(age) if age > self.max_age() => Err(format!(
@@ -88,6 +93,14 @@ impl AppState {
                 age.as_secs_f64(),
                 self.max_age().as_secs_f64()
             )),
+            // While the driver is down the snapshot lists no device; staleness, above,
+            // says so after its grace.
+            Some(_) if snap.source_up && snap.entities.is_empty() => Err(
+                "no GPU to report: NVML lists none on this node, or --devices selects none".into(),
+            ),
+            Some(_) if snap.source_up && !snap.entities.iter().any(|e| e.up) => {
+                Err("every GPU is lost (fallen off the bus)".into())
+            }
             Some(_) => Ok(()),
         }
     }
@@ -98,6 +111,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        // dcgm-exporter's probe path (its Helm chart and the GPU Operator probe it), any
+        // method as there; unlike dcgm-exporter's it fails while /readyz does.
+        .route("/health", any(health))
         .route("/", get(index))
         .with_state(state)
 }
@@ -302,6 +318,32 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// dcgm-exporter's `/health`: `200 OK` in plain text when healthy, else `503` and why.
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let (status, body) = match state.readiness(Instant::now()) {
+        Ok(()) => (StatusCode::OK, "OK".to_string()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not healthy: {why}\n"),
+        ),
+    };
+    (
+        status,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 async fn index() -> Html<&'static str> {
     Html(concat!(
         "<!doctype html><html><head><title>gpu-exporter</title></head><body>",
@@ -309,6 +351,7 @@ async fn index() -> Html<&'static str> {
         "<li><a href=\"/metrics\">/metrics</a>: GPU metrics</li>",
         "<li><a href=\"/healthz\">/healthz</a>: the process is alive</li>",
         "<li><a href=\"/readyz\">/readyz</a>: GPU data is fresh</li>",
+        "<li><a href=\"/health\">/health</a>: dcgm-exporter's probe, as /readyz</li>",
         "</ul></body></html>\n"
     ))
 }
@@ -525,5 +568,74 @@ mod tests {
         assert!(!accepts("deflate, br"));
         assert!(!accepts("gzip;q=0"));
         assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+    use crate::snapshot::{EntitySnapshot, Snapshot};
+
+    fn state_with(edit: impl FnOnce(&mut Snapshot)) -> AppState {
+        let plan = Arc::new(
+            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "test")
+                .expect("default plan")
+                .0,
+        );
+        let mut snap = Snapshot::empty(plan, Arc::from(""));
+        snap.source_up = true;
+        snap.last_success = Some((Instant::now(), std::time::SystemTime::now()));
+        edit(&mut snap);
+        let store = Arc::new(SnapshotStore::new(snap));
+        AppState::new(store, Duration::from_secs(1), false)
+    }
+
+    fn device(up: bool) -> EntitySnapshot {
+        EntitySnapshot {
+            labels: Arc::from("gpu=\"0\""),
+            is_gpu: true,
+            up,
+            last_xid: None,
+            xids: Default::default(),
+            processes: Vec::new(),
+            shares: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn health_needs_fresh_data_from_a_served_device() {
+        let now = Instant::now();
+        let ok = state_with(|s| s.entities = vec![device(false), device(true)]);
+        assert_eq!(ok.readiness(now), Ok(()));
+        for (state, says) in [
+            (state_with(|_| {}), "no GPU to report"),
+            (
+                state_with(|s| s.entities = vec![device(false)]),
+                "every GPU is lost",
+            ),
+            (
+                state_with(|s| {
+                    s.entities = vec![device(true)];
+                    s.source_hung = true;
+                }),
+                "the driver is hung",
+            ),
+            (
+                state_with(|s| {
+                    s.entities = vec![device(true)];
+                    s.last_success = None;
+                }),
+                "no successful GPU sample yet",
+            ),
+        ] {
+            let why = state.readiness(now).expect_err(says);
+            assert!(why.contains(says), "{why}");
+        }
+        // A driver that stopped answering a moment ago lists no device: within the
+        // staleness grace that is not "no GPU".
+        let down = state_with(|s| s.source_up = false);
+        assert_eq!(down.readiness(now), Ok(()));
+        let stale = down.readiness(now + Duration::from_secs(4)).unwrap_err();
+        assert!(stale.contains("old"), "{stale}");
     }
 }

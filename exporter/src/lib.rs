@@ -47,8 +47,16 @@ pub fn node_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The GPU source the flags ask for.
+/// The GPU source the flags ask for, narrowed to `--devices`.
 pub fn build_source(cli: &Cli) -> Result<Box<dyn GpuSource>> {
+    let source = all_devices(cli)?;
+    Ok(match &cli.devices {
+        source::selection::DeviceSelection::Flex => source,
+        selection => Box::new(source::selection::Selected::new(source, selection.clone())),
+    })
+}
+
+fn all_devices(cli: &Cli) -> Result<Box<dyn GpuSource>> {
     #[cfg(feature = "demo")]
     if let Some(path) = &cli.simulate {
         return demo::simulated_source(path);
@@ -59,8 +67,25 @@ pub fn build_source(cli: &Cli) -> Result<Box<dyn GpuSource>> {
 }
 
 /// Load the counters plan named by the flags, logging its warnings.
+/// Counters files that dcgm-exporter's image ships and deployments name without mounting
+/// them (the GPU Operator sets DCGM_EXPORTER_COLLECTORS to the second). The rows they
+/// enable are dcgm-exporter's default list, which is built in.
+const DCGM_IMAGE_COUNTERS_FILES: &[&str] = &[
+    "/etc/dcgm-exporter/default-counters.csv",
+    "/etc/dcgm-exporter/dcp-metrics-included.csv",
+];
+
 pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
     let (plan, warnings) = match &cli.collectors {
+        Some(path)
+            if DCGM_IMAGE_COUNTERS_FILES
+                .iter()
+                .any(|f| path.as_os_str() == *f)
+                && !path.exists() =>
+        {
+            tracing::info!(file = %path.display(), "dcgm-exporter's image file is not mounted here: serving the same counters, built in");
+            counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?
+        }
         Some(path) => counters::load(path)?,
         None => counters::plan(counters::DEFAULT_COUNTERS, "built-in default counters")?,
     };
@@ -84,6 +109,8 @@ pub struct KubernetesOptions {
     pub kubeconfig: Option<std::path::PathBuf>,
     /// This node's name, for the node-scoped pod watch; without it there is no watch.
     pub node_name: Option<String>,
+    /// Watch the node's ResourceSlices of NVIDIA's DRA driver (`--kubernetes-enable-dra`).
+    pub enable_dra: bool,
     pub proc_root: std::path::PathBuf,
 }
 
@@ -106,6 +133,7 @@ impl KubernetesOptions {
                 .collect(),
             kubeconfig: cli.kubeconfig.clone(),
             node_name: std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()),
+            enable_dra: cli.kubernetes_enable_dra,
             proc_root: cli.proc_root.clone(),
         }
     }
@@ -117,10 +145,12 @@ pub fn start_attribution(
     opts: &KubernetesOptions,
     runtime: &tokio::runtime::Handle,
 ) -> attribution::Attributor {
+    use attribution::dra::{self, SliceDirectory};
     use attribution::kubelet::{self, KubeletOptions, KubeletView};
     use attribution::pods::{self, PodDirectory};
     let kubelet_view = Arc::new(ArcSwap::from_pointee(KubeletView::default()));
     let directory = Arc::new(ArcSwap::from_pointee(PodDirectory::default()));
+    let slices = Arc::new(ArcSwap::from_pointee(SliceDirectory::default()));
     runtime.spawn(kubelet::refresh(
         KubeletOptions {
             socket: opts.socket.clone(),
@@ -138,9 +168,15 @@ pub fn start_attribution(
             let kubeconfig = opts.kubeconfig.clone();
             let allow = opts.pod_labels.clone();
             let store = directory.clone();
+            let dra_store = opts.enable_dra.then(|| slices.clone());
+            let rt = runtime.clone();
             runtime.spawn(async move {
                 match kube_support::client(kubeconfig.as_deref()).await {
                     Ok(client) => {
+                        if let Some(dra_store) = dra_store {
+                            tracing::info!(node = %node, "watching this node's ResourceSlices of NVIDIA's DRA driver");
+                            rt.spawn(dra::watch(client.clone(), node.clone(), dra_store));
+                        }
                         tracing::info!(node = %node, labels = ?allow, "watching this node's pods");
                         pods::watch(client, node, allow, store).await;
                     }
@@ -148,15 +184,26 @@ pub fn start_attribution(
                 }
             });
         }
-        None => tracing::warn!(
-            "NODE_NAME is not set: no pod watch, so no pod labels and no per-pod split of shared GPUs (set it from the downward API: spec.nodeName)"
-        ),
+        None => {
+            tracing::warn!(
+                "NODE_NAME is not set: no pod watch, so no pod labels and no per-pod split of shared GPUs (set it from the downward API: spec.nodeName)"
+            );
+            if opts.enable_dra {
+                tracing::warn!(
+                    "--kubernetes-enable-dra needs NODE_NAME: no ResourceSlice watch; DRA devices are resolved by name only"
+                );
+            }
+        }
     }
     attribution::Attributor::new(kubelet_view, directory, pod_watch, opts.proc_root.clone())
+        .with_slices(slices)
 }
 
 /// Run the exporter until SIGINT or SIGTERM.
 pub fn run(cli: Cli) -> Result<()> {
+    for (flag, reason) in cli.ignored_flags() {
+        tracing::warn!(flag, reason, "dcgm-exporter flag ignored");
+    }
     tls_serving::install_crypto_provider();
     // The web config first: a bad one stops startup before the GPUs are touched.
     let web = match cli.web_config_file() {
@@ -218,11 +265,11 @@ pub fn run(cli: Cli) -> Result<()> {
         .map_err(Error::Serve)?;
 
     let state = Arc::new(http::AppState::new(store, cli.interval(), cli.openmetrics));
-    let address = cli.bind_address();
+    let address = cli.address.clone();
     // Probes carry no credentials, so the paths open to everyone are the health paths.
     let limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
     let served = runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&address)
+        let listener = tls_serving::bind(&address)
             .await
             .map_err(|source| Error::Listen {
                 address: address.clone(),

@@ -66,7 +66,8 @@ const RESERVED_LABELS: [&str; 16] = [
 /// The label set of one entity in dcgm-exporter's order, with a pod's labels when the
 /// series belongs to one: `gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE,
 /// GPU_I_ID,] hostname`, then label fields and allow-listed pod labels in one
-/// byte-sorted run, then `container, namespace, pod` (dcgm's attributes, byte-sorted).
+/// byte-sorted run, then `container, [dra_*,] namespace, pod` (dcgm's attributes,
+/// byte-sorted).
 pub fn entity_label_string(
     e: &EntityInfo,
     plan: &ExportPlan,
@@ -104,8 +105,9 @@ pub fn entity_label_string(
         .collect();
     if let Some(h) = holder {
         for (k, v) in &h.pod_labels {
-            let taken =
-                RESERVED_LABELS.contains(&k.as_str()) || run.iter().any(|(n, _)| *n == k.as_str());
+            let taken = RESERVED_LABELS.contains(&k.as_str())
+                || k.starts_with("dra_")
+                || run.iter().any(|(n, _)| *n == k.as_str());
             if !taken {
                 run.push((k, v));
             }
@@ -118,6 +120,11 @@ pub fn entity_label_string(
     if let Some(h) = holder {
         if let Some(c) = &h.container {
             push_label(&mut s, "container", c);
+        }
+        if let Some(dra) = &h.dra {
+            for (name, value) in dra.pairs() {
+                push_label(&mut s, name, value);
+            }
         }
         push_label(&mut s, "namespace", &h.namespace);
         push_label(&mut s, "pod", &h.pod);
@@ -1252,6 +1259,7 @@ mod tests {
             pod: pod.into(),
             container: None,
             pod_labels: Vec::new(),
+            dra: None,
         }
     }
 
@@ -1401,6 +1409,7 @@ mod tests {
                     .map(|i| EntityInfo {
                         gpu_index: i as u32,
                         uuid: GPU_UUIDS[i].into(),
+                        minor_number: Some(i as u32),
                         pci_bus_id: format!("00000000:0{i}:00.0"),
                         model_name: "NVIDIA H100 80GB HBM3".into(),
                         mig: None,

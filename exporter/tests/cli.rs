@@ -182,3 +182,129 @@ fn dcgm_exporter_environment_variables_are_honoured() {
         "collectors file from the environment: {log}"
     );
 }
+
+/// Start the exporter on the simulated node with `args` and `envs`, wait until it
+/// listens, stop it, and return its log.
+fn startup_log(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--simulate", "-a", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut seen = Vec::new();
+    for line in BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        let done = line.contains("listening address=");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen.join("\n")
+}
+
+#[test]
+fn each_ignored_dcgm_exporter_flag_is_logged_once_with_its_reason() {
+    let log = startup_log(
+        &[
+            "-r",
+            "nvidia-dcgm:5555",
+            "--enable-pprof",
+            "-dump-enabled",
+            "--switch-devices=g:0",
+            "--web-systemd-socket=true",
+        ],
+        &[
+            ("DCGM_EXPORTER_ENABLE_DCGM_LOG", "1"),
+            ("DCGM_EXPORTER_USE_OLD_NAMESPACE", "false"),
+        ],
+    );
+    let ignored: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("dcgm-exporter flag ignored"))
+        .collect();
+    for (flag, reason) in [
+        ("--remote-hostengine-info", "no DCGM hostengine"),
+        ("--enable-pprof", "pprof"),
+        ("--dump-enabled", "no DCGM objects to dump"),
+        ("--switch-devices", "NVSwitch"),
+        ("--web-systemd-socket", "socket activation"),
+        ("--enable-dcgm-log", "no DCGM library"),
+        ("--use-old-namespace", "1.x label names"),
+    ] {
+        let lines: Vec<&&str> = ignored
+            .iter()
+            .filter(|l| {
+                l.contains(&format!("flag=\"{flag}\"")) || l.contains(&format!("flag={flag} "))
+            })
+            .collect();
+        assert_eq!(lines.len(), 1, "{flag}: {log}");
+        assert!(lines[0].contains(reason), "{flag}: {}", lines[0]);
+    }
+    assert_eq!(ignored.len(), 7, "nothing else is reported: {ignored:#?}");
+    // Not given: not reported.
+    let quiet = startup_log(&[], &[]);
+    assert!(!quiet.contains("dcgm-exporter flag ignored"), "{quiet}");
+}
+
+#[test]
+fn dcgm_exporter_spellings_of_flags_and_values_are_accepted() {
+    // Go's flag syntax: single-dash long names (and the -rbmn alias), =BOOL values,
+    // Go's boolean spellings in the environment.
+    let log = startup_log(
+        &[
+            "-collect-interval",
+            "250",
+            "-rbmn",
+            "--no-hostname=false",
+            "-k=false",
+        ],
+        &[("DCGM_EXPORTER_DEBUG", "1")],
+    );
+    assert!(log.contains("interval_ms=250"), "{log}");
+    assert!(
+        log.contains("DEBUG gpu_exporter: debug output is enabled"),
+        "DCGM_EXPORTER_DEBUG=1 turns on debug logging: {log}"
+    );
+    // An explicit --log-level wins over --debug.
+    let log = startup_log(&["--debug", "--log-level", "info"], &[]);
+    assert!(!log.contains("debug output is enabled"), "{log}");
+    assert!(log.contains("listening"), "{log}");
+
+    let (code, out) = run(&["-v"], &[]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, concat!("gpu-exporter ", env!("CARGO_PKG_VERSION")))
+    );
+}
+
+#[test]
+fn invalid_values_of_dcgm_exporter_flags_stop_startup_clearly() {
+    for (args, says) in [
+        (&["-d", "g:0:1"][..], "only be one specified range"),
+        (&["-d", "x"][..], "expected f, g[:IDS] or i[:IDS]"),
+        (&["--cpu-devices", "g:a"][..], "invalid device ID \"a\""),
+        (
+            &["--kubernetes-gpu-id-type", "uuid"][..],
+            "possible values: uid, device-name",
+        ),
+        (&["--dcgm-log-level", "LOUD"][..], "possible values: NONE"),
+        (&["--kubernetes=yes"][..], "\"yes\" is not a boolean"),
+        (&["-x", "five"][..], "five"),
+    ] {
+        let (code, out) = run(&[&["--simulate"][..], args].concat(), &[]);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(out.contains(says), "{args:?}: {out}");
+    }
+    let (code, out) = run(&["--simulate"], &[("DCGM_EXPORTER_DEBUG", "maybe")]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("\"maybe\" is not a boolean"), "{out}");
+}

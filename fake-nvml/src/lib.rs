@@ -29,7 +29,8 @@
 //!   running processes — compute (v1, v2, v3), graphics and MPS (v1, v2, v3; none, the
 //!   model runs compute work only), `GetRunningProcessDetailList` — and per-process
 //!   utilisation (plain and `GetProcessesUtilizationInfo`), MIG (mode, device handles,
-//!   parent, GPU/compute-instance IDs, instance profiles), XID events and GPM metrics.
+//!   parent, GPU/compute-instance IDs, instance profiles, an existing GPU instance by ID
+//!   with its unique profile ID and placement), XID events and GPM metrics.
 //! - Fixed board facts (`gpu_sim::models::BoardFacts`): persistence mode on, compute
 //!   mode default, display off, GSP firmware on (its version is the driver's),
 //!   confidential computing off, accounting off, no encoder/FBC sessions, no fans
@@ -40,10 +41,11 @@
 //!   real H100 answers but the model has no data, CPU/memory affinity, IRQ, SRAM ECC,
 //!   row-remapper histogram, clock monitor and the clock/performance-mode strings.
 //! - `NO_PERMISSION`: every call that changes device or driver state (`setters.rs`),
-//!   and enumerating or creating GPU/compute instances (`instances.rs`), as the driver
-//!   answers a non-root client; the fake changes no state.
+//!   and enumerating or creating GPU/compute instances (`instances.rs`, also on a GPU
+//!   instance handle), as the driver answers a non-root client; the fake changes no
+//!   state.
 //! - `INVALID_ARGUMENT`: calls on handles this node never hands out (units, vGPU
-//!   instances and types, GPU/compute instances).
+//!   instances and types, compute instances).
 //!
 //! The exact list is in `sigcheck.rs`, which also proves at compile time that every
 //! export has the signature `nvml-wrapper-sys` expects; the 32 exports nvml-wrapper-sys

@@ -1,13 +1,14 @@
-//! MIG: mode, instance handles, instance IDs and GPU-instance profiles.
+//! MIG: mode, instance handles, instance IDs, GPU-instance profiles, and reading an
+//! existing GPU instance's profile and placement.
 //!
 //! A MIG-enabled GPU has its instances in slots 0..n of its seven MIG device slots;
 //! slots n..7 are empty (`NOT_FOUND`). Each instance has one compute instance.
 
 use crate::ffi::{
-    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED, Out,
+    ARGUMENT_VERSION_MISMATCH, GPU_IS_LOST, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED, Out,
     put_array_str, struct_version,
 };
-use crate::state::{Dev, SLOTS_PER_GPU, device_call, handle};
+use crate::state::{Dev, SLOTS_PER_GPU, device_call, gpu_instance_handle, handle, system_call};
 use gpu_sim::models::MigProfile;
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::c_uint;
@@ -137,14 +138,25 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     })
 }
 
-/// The model's profile with this `NVML_GPU_INSTANCE_PROFILE_*` ID.
-fn profile(d: &Dev, id: c_uint) -> Result<&'static MigProfile, nvmlReturn_t> {
+/// The model's profile with this `NVML_GPU_INSTANCE_PROFILE_*` index.
+fn profile(d: &Dev, index: c_uint) -> Result<&'static MigProfile, nvmlReturn_t> {
     mig_capable(d)?;
     d.gpu
         .model
         .mig_profiles
         .iter()
-        .find(|p| p.profile_id == id)
+        .find(|p| p.profile_id == index)
+        .ok_or(NOT_SUPPORTED)
+}
+
+/// The model's profile with this unique profile ID (`nvmlGpuInstanceProfileInfo_t.id`).
+fn profile_by_id(d: &Dev, id: c_uint) -> Result<&'static MigProfile, nvmlReturn_t> {
+    mig_capable(d)?;
+    d.gpu
+        .model
+        .mig_profiles
+        .iter()
+        .find(|p| p.id == id)
         .ok_or(NOT_SUPPORTED)
 }
 
@@ -158,7 +170,7 @@ fn profile_info(d: &Dev, p: &MigProfile) -> nvmlGpuInstanceProfileInfo_t {
     };
     let full = c_uint::from(p.slices == 7);
     nvmlGpuInstanceProfileInfo_t {
-        id: p.profile_id,
+        id: p.id,
         isP2pSupported: 0,
         sliceCount: p.slices,
         instanceCount: 7 / p.slices,
@@ -190,14 +202,14 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
 /// `nvmlGpuInstanceProfileInfo_v2`) for the profile with this ID.
 fn profile_info_v2(
     d: &Dev,
-    profile_id: c_uint,
+    p: Result<&'static MigProfile, nvmlReturn_t>,
     io: InOut<nvmlGpuInstanceProfileInfo_v2_t>,
 ) -> Result<(), nvmlReturn_t> {
     let v = io.get()?;
     if v.version != struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2) {
         return Err(ARGUMENT_VERSION_MISMATCH);
     }
-    let p = profile(d, profile_id)?;
+    let p = p?;
     let i = profile_info(d, p);
     v.id = i.id;
     v.isP2pSupported = i.isP2pSupported;
@@ -224,11 +236,11 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoV");
     // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
     let io = unsafe { InOut::new(info) };
-    device_call(device, |d| profile_info_v2(d, profile_id, io))
+    device_call(device, |d| profile_info_v2(d, profile(d, profile_id), io))
 }
 
-/// By profile ID: the fake's profile IDs are the `NVML_GPU_INSTANCE_PROFILE_*` values,
-/// so this answers as `nvmlDeviceGetGpuInstanceProfileInfoV`.
+/// By the profile's unique ID (19 for `1g.10gb` on an H100), not its
+/// `NVML_GPU_INSTANCE_PROFILE_*` index.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
     device: nvmlDevice_t,
@@ -238,7 +250,65 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoByIdV(
     crate::calls::count!("nvmlDeviceGetGpuInstanceProfileInfoByIdV");
     // SAFETY: NVML contract: `info` is null or a valid struct whose version the caller set.
     let io = unsafe { InOut::new(info) };
-    device_call(device, |d| profile_info_v2(d, profileId, io))
+    device_call(device, |d| {
+        profile_info_v2(d, profile_by_id(d, profileId), io)
+    })
+}
+
+/// An existing GPU instance by its ID. Reading one needs only the MIG monitoring
+/// capability, which also lets clients see MIG devices at all, so the fake answers;
+/// `NOT_FOUND` when the GPU has no instance with this ID.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
+    device: nvmlDevice_t,
+    id: c_uint,
+    gpuInstance: *mut nvmlGpuInstance_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpuInstanceById");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(gpuInstance) };
+    device_call(device, |d| {
+        mig_capable(d)?;
+        if out.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let slot = d
+            .gpu
+            .mig
+            .iter()
+            .position(|m| m.gpu_instance_id == id)
+            .ok_or(NOT_FOUND)?;
+        out.set(gpu_instance_handle(d.index, slot))
+    })
+}
+
+/// A GPU instance's parent device, ID, unique profile ID and placement.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
+    gpuInstance: nvmlGpuInstance_t,
+    info: *mut nvmlGpuInstanceInfo_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGpuInstanceGetInfo");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(info) };
+    system_call(|sim, t| {
+        let (gpu, slot) = sim
+            .decode_gpu_instance(gpuInstance)
+            .ok_or(INVALID_ARGUMENT)?;
+        if sim.node.gpu_lost(gpu, t) {
+            return Err(GPU_IS_LOST);
+        }
+        let m = &sim.node.gpus[gpu as usize].mig[slot];
+        out.set(nvmlGpuInstanceInfo_t {
+            device: handle(gpu, None),
+            id: m.gpu_instance_id,
+            profileId: m.profile.id,
+            placement: nvmlGpuInstancePlacement_t {
+                start: m.placement_start,
+                size: m.profile.memory_slices,
+            },
+        })
+    })
 }
 
 /// Attributes of a device: for a MIG instance, its profile's slices, SMs and memory
@@ -258,8 +328,10 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
                 let full = MigProfile {
                     name: "full",
                     profile_id: 0,
+                    id: 0,
                     slices: 7,
                     memory_mib: d.gpu.model.memory_total_mib,
+                    memory_slices: 8,
                 };
                 (profile_info(d, &full), full.memory_mib)
             }

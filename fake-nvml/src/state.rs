@@ -9,7 +9,9 @@ use crate::ffi::{
 };
 use crate::gpm::GpmSample;
 use gpu_sim::{Capability, GpuReading, Scenario, SimGpu, SimMig, SimNode, XidEvent};
-use nvml_wrapper_sys::bindings::{nvmlDevice_st, nvmlDevice_t};
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_st, nvmlDevice_t, nvmlGpuInstance_st, nvmlGpuInstance_t,
+};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,6 +43,19 @@ pub(crate) fn handle(gpu: u32, mig: Option<usize>) -> nvmlDevice_t {
         .as_ptr()
         .wrapping_add(slot)
         .cast::<nvmlDevice_st>()
+        .cast_mut()
+}
+
+/// GPU-instance handles are addresses in this table, one per MIG device slot of each
+/// GPU (the slot's instance is the GPU instance).
+static GPU_INSTANCE_SLOTS: [u8; MAX_GPUS * SLOTS_PER_GPU] = [0; MAX_GPUS * SLOTS_PER_GPU];
+
+/// The handle of the GPU instance of MIG device `mig` of GPU `gpu`.
+pub(crate) fn gpu_instance_handle(gpu: u32, mig: usize) -> nvmlGpuInstance_t {
+    GPU_INSTANCE_SLOTS
+        .as_ptr()
+        .wrapping_add(gpu as usize * SLOTS_PER_GPU + mig)
+        .cast::<nvmlGpuInstance_st>()
         .cast_mut()
 }
 
@@ -107,6 +122,18 @@ impl Sim {
             _ => return None,
         };
         Some((gpu as u32, mig))
+    }
+}
+
+impl Sim {
+    /// The GPU and MIG device a GPU-instance handle designates, if it is one of ours.
+    pub(crate) fn decode_gpu_instance(&self, h: nvmlGpuInstance_t) -> Option<(u32, usize)> {
+        let off = (h as usize).wrapping_sub(GPU_INSTANCE_SLOTS.as_ptr() as usize);
+        if off >= GPU_INSTANCE_SLOTS.len() {
+            return None;
+        }
+        let (gpu, mig) = (off / SLOTS_PER_GPU, off % SLOTS_PER_GPU);
+        (mig < self.node.gpus.get(gpu)?.mig.len()).then_some((gpu as u32, mig))
     }
 }
 

@@ -27,6 +27,16 @@ pub(crate) fn system_no_permission() -> Ret {
     system_call(|_, _| Err(NO_PERMISSION))
 }
 
+/// For calls on a GPU-instance handle that change or enumerate MIG configuration:
+/// `NO_PERMISSION` on one of ours (the MIG configuration capability is root's),
+/// `INVALID_ARGUMENT` on anything else.
+pub(crate) fn gpu_instance_no_permission(gpu_instance: nvmlGpuInstance_t) -> Ret {
+    system_call(|sim, _| match sim.decode_gpu_instance(gpu_instance) {
+        Some(_) => Err(NO_PERMISSION),
+        None => Err(INVALID_ARGUMENT),
+    })
+}
+
 /// For calls on a handle of an object this node never hands out (units, vGPU
 /// instances and types, GPU and compute instance handles).
 pub(crate) fn no_such_handle() -> Ret {

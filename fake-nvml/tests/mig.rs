@@ -138,7 +138,8 @@ fn gpu_instance_profiles() {
     let gpu = nvml.device_by_index(0).unwrap();
     for p in m.gpus[0].model.mig_profiles {
         let info = gpu.profile_info(p.profile_id).unwrap();
-        assert_eq!(info.id, p.profile_id);
+        // The unique ID, not the index asked for (19 for 1g.10gb, as nvidia-smi shows).
+        assert_eq!(info.id, p.id);
         assert_eq!(info.slice_count, p.slices);
         assert_eq!(info.memory_size_mb, p.memory_mib);
     }
@@ -178,4 +179,69 @@ fn gpm_per_instance() {
         assert_eq!(got[0].as_ref().unwrap().value, want.sm_util);
     }
     assert!(matches!(gpu.gpm_mig_sample(99), Err(NvmlError::NotFound)));
+}
+
+#[test]
+fn gpu_instances_by_id_report_profile_and_placement() {
+    let (nvml, m) = (nvml(), model());
+    let gpu = nvml.device_by_index(0).unwrap();
+    let whole = nvml.device_by_index(1).unwrap();
+    let g = &m.gpus[0];
+    let lib = nvml.lib();
+    let mut occupied = [false; 8];
+    for inst in &g.mig {
+        let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
+        // SAFETY: valid device handle and out-pointer.
+        let rc = unsafe {
+            lib.nvmlDeviceGetGpuInstanceById(gpu.handle(), inst.gpu_instance_id, &mut gi)
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: a plain C struct, for which all-zero bytes are a valid value.
+        let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a handle the library just gave out, and a valid out-pointer.
+        assert_eq!(unsafe { lib.nvmlGpuInstanceGetInfo(gi, &mut info) }, 0);
+        assert_eq!(info.id, inst.gpu_instance_id);
+        // SAFETY: raw handles are only compared.
+        assert_eq!(info.device, unsafe { gpu.handle() });
+        // The profile ID is the unique one, which profile info by ID answers for.
+        let by_id = gpu.profile_info(inst.profile.profile_id).unwrap();
+        assert_eq!(info.profileId, by_id.id);
+        let (start, size) = (info.placement.start, info.placement.size);
+        assert_eq!(size, inst.profile.memory_slices);
+        // Hardware rules: aligned to its size, inside the eight memory slices, and no
+        // two instances share a slice.
+        assert_eq!(start % size, 0, "{inst:?}");
+        assert!(start + size <= 8);
+        for s in start..start + size {
+            assert!(!occupied[s as usize], "slice {s} used twice");
+            occupied[s as usize] = true;
+        }
+        // Reading is allowed; changing the configuration is not.
+        let mut count = 0u32;
+        // SAFETY: valid GPU-instance handle and out-pointers (NVML checks before writing).
+        let rc = unsafe {
+            lib.nvmlGpuInstanceGetComputeInstances(gi, 0, std::ptr::null_mut(), &mut count)
+        };
+        assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_NO_PERMISSION);
+    }
+    // 3g.40gb then two 2g.20gb: the only packing puts the 3g instance at slice 4.
+    assert_eq!(g.mig[0].placement_start, 4);
+    let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: valid handles and out-pointers.
+    unsafe {
+        assert_eq!(
+            lib.nvmlDeviceGetGpuInstanceById(gpu.handle(), 99, &mut gi),
+            nvmlReturn_enum_NVML_ERROR_NOT_FOUND
+        );
+        assert_eq!(
+            lib.nvmlDeviceGetGpuInstanceById(whole.handle(), 1, &mut gi),
+            nvmlReturn_enum_NVML_ERROR_NOT_FOUND
+        );
+        let mut info: nvmlGpuInstanceInfo_t = std::mem::zeroed();
+        let bogus = 0x10 as nvmlGpuInstance_t;
+        assert_eq!(
+            lib.nvmlGpuInstanceGetInfo(bogus, &mut info),
+            nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+        );
+    }
 }

@@ -20,5 +20,8 @@ pub use node::{
     GpmReading, GpuReading, InforomObject, MemoryReading, MigReading, ProcessReading, SimClock,
     SimGpu, SimMig, SimNode, SimProcess, XidEvent,
 };
-pub use pods::{ClaimSpec, ContainerSpec, DeviceSpec, DeviceSpecError, IdForm, OwnerSpec, PodSpec};
+pub use pods::{
+    ClaimSpec, ContainerSpec, DeviceSpec, DeviceSpecError, DraNaming, IdForm, OwnerSpec, PodSpec,
+    dra_profile_name,
+};
 pub use scenario::{Capability, Fault, Scenario, ScenarioError, ViolationPolicy};

@@ -7,12 +7,20 @@
 pub struct MigProfile {
     /// Profile name as NVML and dcgm-exporter print it, e.g. `3g.40gb`.
     pub name: &'static str,
-    /// NVML GPU-instance profile ID (`NVML_GPU_INSTANCE_PROFILE_*`).
+    /// NVML GPU-instance profile index (`NVML_GPU_INSTANCE_PROFILE_*`), what
+    /// `nvmlDeviceGetGpuInstanceProfileInfo` takes.
     pub profile_id: u32,
+    /// The profile's unique ID on the device (`nvmlGpuInstanceProfileInfo_t.id`,
+    /// `nvmlGpuInstanceInfo_t.profileId`, the ID `nvidia-smi mig -lgip` shows: 19 for
+    /// `1g.10gb` on an H100), which NVIDIA's DRA driver writes into MIG device names.
+    pub id: u32,
     /// Compute slices (the `Ng` part).
     pub slices: u32,
     /// Memory of the instance in MiB.
     pub memory_mib: u64,
+    /// Memory slices of the eight a GPU has: the size of the instance's placement
+    /// (`nvmlGpuInstancePlacement_t.size`).
+    pub memory_slices: u32,
 }
 
 /// Static properties of one GPU model.
@@ -74,38 +82,50 @@ const H100_80GB_MIG: &[MigProfile] = &[
     MigProfile {
         name: "1g.10gb",
         profile_id: 0,
+        id: 19,
         slices: 1,
         memory_mib: 9856,
+        memory_slices: 1,
     },
     MigProfile {
         name: "1g.20gb",
-        profile_id: 7,
+        profile_id: 9,
+        id: 15,
         slices: 1,
         memory_mib: 19968,
+        memory_slices: 2,
     },
     MigProfile {
         name: "2g.20gb",
         profile_id: 1,
+        id: 14,
         slices: 2,
         memory_mib: 19968,
+        memory_slices: 2,
     },
     MigProfile {
         name: "3g.40gb",
         profile_id: 2,
+        id: 9,
         slices: 3,
         memory_mib: 40192,
+        memory_slices: 4,
     },
     MigProfile {
         name: "4g.40gb",
         profile_id: 3,
+        id: 5,
         slices: 4,
         memory_mib: 40192,
+        memory_slices: 4,
     },
     MigProfile {
         name: "7g.80gb",
         profile_id: 4,
+        id: 0,
         slices: 7,
         memory_mib: 80896,
+        memory_slices: 8,
     },
 ];
 
@@ -113,32 +133,42 @@ const A100_80GB_MIG: &[MigProfile] = &[
     MigProfile {
         name: "1g.10gb",
         profile_id: 0,
+        id: 19,
         slices: 1,
         memory_mib: 9728,
+        memory_slices: 1,
     },
     MigProfile {
         name: "2g.20gb",
         profile_id: 1,
+        id: 14,
         slices: 2,
         memory_mib: 19968,
+        memory_slices: 2,
     },
     MigProfile {
         name: "3g.40gb",
         profile_id: 2,
+        id: 9,
         slices: 3,
         memory_mib: 40192,
+        memory_slices: 4,
     },
     MigProfile {
         name: "4g.40gb",
         profile_id: 3,
+        id: 5,
         slices: 4,
         memory_mib: 40192,
+        memory_slices: 4,
     },
     MigProfile {
         name: "7g.80gb",
         profile_id: 4,
+        id: 0,
         slices: 7,
         memory_mib: 80384,
+        memory_slices: 8,
     },
 ];
 
@@ -146,26 +176,34 @@ const H200_MIG: &[MigProfile] = &[
     MigProfile {
         name: "1g.18gb",
         profile_id: 0,
+        id: 19,
         slices: 1,
         memory_mib: 16384,
+        memory_slices: 1,
     },
     MigProfile {
         name: "2g.35gb",
         profile_id: 1,
+        id: 14,
         slices: 2,
         memory_mib: 32768,
+        memory_slices: 2,
     },
     MigProfile {
         name: "3g.71gb",
         profile_id: 2,
+        id: 9,
         slices: 3,
         memory_mib: 69632,
+        memory_slices: 4,
     },
     MigProfile {
         name: "7g.141gb",
         profile_id: 4,
+        id: 0,
         slices: 7,
         memory_mib: 143360,
+        memory_slices: 8,
     },
 ];
 

@@ -64,6 +64,9 @@ pub struct SimMig {
     pub gpu_instance_id: u32,
     pub compute_instance_id: u32,
     pub profile: MigProfile,
+    /// First memory slice of the GPU instance's placement (`nvmlGpuInstancePlacement_t`;
+    /// its size is `profile.memory_slices`).
+    pub placement_start: u32,
     pub uuid: String,
     pub load: Load,
     pub memory_used_mib: u64,
@@ -251,6 +254,9 @@ impl SimNode {
                 let index = gpus.len() as u32;
                 gpus.push(resolve_gpu(s.seed, index, k, g, &mut pid));
             }
+        }
+        for (gpu, &minor) in gpus.iter_mut().zip(&s.minor_numbers) {
+            gpu.minor_number = minor;
         }
         let epoch = s
             .clock
@@ -714,7 +720,7 @@ fn resolve_gpu(
         .get(index as usize)
         .copied()
         .unwrap_or(0xe0 + index);
-    let mut mig = Vec::new();
+    let mut mig: Vec<SimMig> = Vec::new();
     let mut gi = 1u32;
     for m in &g.mig {
         let profile = model
@@ -741,8 +747,17 @@ fn resolve_gpu(
                     pid,
                 ),
                 profile: profile.clone(),
+                placement_start: 0,
             });
             gi += 1;
+        }
+    }
+    let profiles: Vec<&MigProfile> = mig.iter().map(|m| &m.profile).collect();
+    // A validated scenario's instances fit (`Scenario::validate`); one built by hand
+    // that does not keeps every instance at slice 0.
+    if let Some(starts) = mig_placements(&profiles) {
+        for (m, start) in mig.iter_mut().zip(starts) {
+            m.placement_start = start;
         }
     }
     SimGpu {
@@ -766,6 +781,36 @@ fn resolve_gpu(
         decoder_percent: g.decoder_percent,
         energy_base_mj: u64::from(model.idle_power_mw) * 86_400,
     }
+}
+
+/// Where MIG instances of these profiles (in creation order) sit among a GPU's eight
+/// memory slices, or `None` if they cannot all fit. A start is allowed where the
+/// hardware allows it: a multiple of the instance's size, within the eight memory
+/// slices and with its compute slices within the seven (so `1g` starts at 0..=6, `2g`
+/// at 0, 2 or 4, `3g` at 0 or 4, `4g` and `7g` at 0, as `nvidia-smi mig -lgipp` lists
+/// them). Larger instances are placed first, each at the lowest start that lets the
+/// rest fit.
+pub fn mig_placements(profiles: &[&MigProfile]) -> Option<Vec<u32>> {
+    fn place(order: &[usize], profiles: &[&MigProfile], used: u8, starts: &mut [u32]) -> bool {
+        let Some((&i, rest)) = order.split_first() else {
+            return true;
+        };
+        let p = profiles[i];
+        let size = p.memory_slices.clamp(1, 8);
+        for start in (0..8u32).step_by(size as usize) {
+            let mask = (((1u16 << size) - 1) << start) as u8;
+            let fits = start + size <= 8 && start + p.slices <= 7 && used & mask == 0;
+            if fits && place(rest, profiles, used | mask, starts) {
+                starts[i] = start;
+                return true;
+            }
+        }
+        false
+    }
+    let mut order: Vec<usize> = (0..profiles.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(profiles[i].memory_slices));
+    let mut starts = vec![0; profiles.len()];
+    place(&order, profiles, 0, &mut starts).then_some(starts)
 }
 
 /// An InfoROM object (`nvmlInforomObject_t` order).

@@ -100,7 +100,9 @@ pub enum IdForm {
     Legacy,
 }
 
-/// A DRA claim's device (`dynamic_resources[].claim_resources[]`).
+/// A DRA claim's device (`dynamic_resources[].claim_resources[]`), written either as
+/// the driver's raw device name (`device`) or symbolically (`gpu`, optional `mig`,
+/// `naming`), spelled as NVIDIA's DRA driver names it by [`SimNode::dra_device_name`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimSpec {
@@ -111,11 +113,36 @@ pub struct ClaimSpec {
     pub driver: String,
     /// Default: the node name `kube-sim` uses.
     pub pool: Option<String>,
-    /// The driver's device name, e.g. `gpu-0`.
-    pub device: String,
-    /// CDI device names, fully qualified.
+    /// The driver's device name, reported exactly as written, e.g. `gpu-0`.
+    pub device: Option<String>,
+    /// The GPU, by NVML index.
+    pub gpu: Option<u32>,
+    /// A MIG instance of `gpu`, by its position in the scenario's MIG list.
+    pub mig: Option<usize>,
     #[serde(default)]
-    pub cdi_devices: Vec<String>,
+    pub naming: DraNaming,
+    /// CDI device names, fully qualified; default: the one NVIDIA's DRA driver writes,
+    /// `k8s.gpu.nvidia.com/claim=<claim UID>-<device>`.
+    pub cdi_devices: Option<Vec<String>>,
+}
+
+/// Which release of NVIDIA's DRA driver names a MIG device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DraNaming {
+    /// 25.12 and later: `gpu-<minor>-mig-<profile>-<profile ID>-<placement start>`, the
+    /// profile name without dots (`1g10gb`).
+    #[default]
+    Current,
+    /// 25.3 and 25.8: `gpu-<minor>-mig-<profile ID>-<placement start>-<placement size>`.
+    Legacy,
+}
+
+impl ClaimSpec {
+    /// The claim's UID: stable, derived from its namespace and name.
+    pub fn uid(&self, namespace: &str) -> String {
+        uuid_from(&format!("claim/{namespace}/{}", self.claim_name))
+    }
 }
 
 fn default_driver() -> String {
@@ -184,6 +211,8 @@ pub enum DeviceSpecError {
     NoMig { gpu: u32, mig: usize },
     #[error("the legacy form names MIG instances only")]
     LegacyNeedsMig,
+    #[error("a claim needs either `device` or `gpu`")]
+    MissingClaimDevice,
 }
 
 impl SimNode {
@@ -226,6 +255,76 @@ impl SimNode {
             (Some(k), _) => format!("{base}::{k}"),
         })
     }
+
+    /// The DRA device name of `claim`'s device on this node: NVIDIA's DRA driver names
+    /// a GPU by its minor number, never its index, and a MIG device by its parent's
+    /// minor number, GPU-instance profile ID and placement.
+    pub fn dra_device_name(&self, claim: &ClaimSpec) -> Result<String, DeviceSpecError> {
+        if let Some(device) = &claim.device {
+            return Ok(device.clone());
+        }
+        let index = claim.gpu.ok_or(DeviceSpecError::MissingClaimDevice)?;
+        let gpu = self
+            .gpus
+            .get(index as usize)
+            .ok_or(DeviceSpecError::NoGpu(index))?;
+        let minor = gpu.minor_number;
+        let Some(slot) = claim.mig else {
+            return Ok(format!("gpu-{minor}"));
+        };
+        let m = gpu.mig.get(slot).ok_or(DeviceSpecError::NoMig {
+            gpu: index,
+            mig: slot,
+        })?;
+        let p = &m.profile;
+        Ok(match claim.naming {
+            DraNaming::Current => format!(
+                "gpu-{minor}-mig-{}-{}-{}",
+                dra_profile_name(p.name),
+                p.id,
+                m.placement_start
+            ),
+            DraNaming::Legacy => format!(
+                "gpu-{minor}-mig-{}-{}-{}",
+                p.id, m.placement_start, p.memory_slices
+            ),
+        })
+    }
+
+    /// The CDI device names the kubelet reports for `claim` of a pod in `namespace`.
+    pub fn dra_cdi_devices(
+        &self,
+        claim: &ClaimSpec,
+        namespace: &str,
+    ) -> Result<Vec<String>, DeviceSpecError> {
+        if let Some(names) = &claim.cdi_devices {
+            return Ok(names.clone());
+        }
+        let device = self.dra_device_name(claim)?;
+        let namespace = claim.claim_namespace.as_deref().unwrap_or(namespace);
+        Ok(vec![format!(
+            "k8s.gpu.nvidia.com/claim={}-{device}",
+            claim.uid(namespace)
+        )])
+    }
+}
+
+/// A MIG profile name as NVIDIA's DRA driver puts it in device names: dots dropped,
+/// lower case, anything else outside `[a-z0-9-]` a dash (`1g.10gb+me` → `1g10gb-me`).
+pub fn dra_profile_name(profile: &str) -> String {
+    let mapped: String = profile
+        .chars()
+        .filter(|&c| c != '.')
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    mapped.trim_matches('-').to_string()
 }
 
 #[cfg(test)]

@@ -23,6 +23,11 @@ pub struct Scenario {
     #[serde(default)]
     pub clock: ClockSpec,
     pub gpus: Vec<GpuSpec>,
+    /// Each GPU's minor number (`/dev/nvidia<N>`, `nvmlDeviceGetMinorNumber`), in NVML
+    /// index order; default: the index. On real nodes they differ: NVML orders GPUs by
+    /// PCI bus ID, the driver numbers them as it probes them.
+    #[serde(default)]
+    pub minor_numbers: Vec<u32>,
     #[serde(default)]
     pub faults: Vec<Fault>,
     /// Pods using the node's GPUs (served by `kube-sim`; ignored by NVML).
@@ -408,8 +413,34 @@ impl Scenario {
                     "gpus[{i}]: MIG instances use {slices} compute slices, a GPU has 7"
                 )));
             }
+            let profiles: Vec<&models::MigProfile> = g
+                .mig
+                .iter()
+                .flat_map(|m| {
+                    let p = model.mig_profiles.iter().find(|p| p.name == m.profile);
+                    std::iter::repeat_n(p, m.count as usize).flatten()
+                })
+                .collect();
+            if crate::node::mig_placements(&profiles).is_none() {
+                return Err(bad(format!(
+                    "gpus[{i}]: the MIG instances do not fit the GPU's eight memory slices"
+                )));
+            }
         }
         let n = self.gpu_count();
+        if !self.minor_numbers.is_empty() {
+            if self.minor_numbers.len() != n as usize {
+                return Err(bad(format!(
+                    "minor_numbers lists {} numbers for {n} GPUs",
+                    self.minor_numbers.len()
+                )));
+            }
+            let distinct: std::collections::BTreeSet<u32> =
+                self.minor_numbers.iter().copied().collect();
+            if distinct.len() != self.minor_numbers.len() {
+                return Err(bad("minor_numbers: a minor number is listed twice".into()));
+            }
+        }
         for (k, f) in self.faults.iter().enumerate() {
             let gpu = match f {
                 Fault::Xid { gpu, .. }
@@ -453,6 +484,10 @@ impl Scenario {
                 for (d, device) in container.devices.iter().enumerate() {
                     node.device_id(device)
                         .map_err(|e| bad(format!("pods[{k}].containers[{c}].devices[{d}]: {e}")))?;
+                }
+                for (d, claim) in container.claims.iter().enumerate() {
+                    node.dra_device_name(claim)
+                        .map_err(|e| bad(format!("pods[{k}].containers[{c}].claims[{d}]: {e}")))?;
                 }
             }
         }

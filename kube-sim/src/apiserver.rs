@@ -23,6 +23,9 @@
 //!   resume from any version still in a bounded history and get a `410 Gone`
 //!   (`Expired`) error event for older ones;
 //! - `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents` (streaming lists);
+//! - `resource.k8s.io/v1` ResourceSlices (cluster-scoped), selectable by
+//!   `spec.nodeName` and `spec.driver` (the exporter watches its node's slices of
+//!   NVIDIA's DRA driver);
 //! - ConfigMaps, the same way (the adapter watches
 //!   `kube-system/extension-apiserver-authentication`);
 //! - `TokenReview` and `SubjectAccessReview` creation, answered from a token table and
@@ -35,7 +38,9 @@
 //! without a `continue` token (which clients must accept). Lists are always served at
 //! the current version, whatever `resourceVersion` and `resourceVersionMatch` say.
 
-use crate::selector::{Field, FieldSelector, Fields, OBJECT_FIELDS, POD_FIELDS, SelectorError};
+use crate::selector::{
+    Field, FieldSelector, Fields, OBJECT_FIELDS, POD_FIELDS, RESOURCE_SLICE_FIELDS, SelectorError,
+};
 use crate::server_thread::ServerThread;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -52,6 +57,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, PodStatus};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Status};
 use kube_support::selector::Selector as LabelSelector;
 use serde::{Deserialize, Serialize};
@@ -122,6 +128,8 @@ impl Fields for PodMeta {
             Field::Namespace => &self.namespace,
             Field::NodeName => &self.node_name,
             Field::Phase => &self.phase,
+            // Refused when a selector is parsed (`Kind::fields`).
+            Field::Driver => "",
         }
     }
 }
@@ -134,6 +142,8 @@ enum Kind {
     Pod,
     EndpointSlice,
     ConfigMap,
+    /// `resource.k8s.io/v1`, cluster-scoped (stored under namespace "").
+    ResourceSlice,
 }
 
 impl Kind {
@@ -143,6 +153,7 @@ impl Kind {
             Kind::Pod => ("v1", "Pod"),
             Kind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
             Kind::ConfigMap => ("v1", "ConfigMap"),
+            Kind::ResourceSlice => ("resource.k8s.io/v1", "ResourceSlice"),
         }
     }
 
@@ -152,6 +163,7 @@ impl Kind {
             Kind::Pod => "PodList",
             Kind::EndpointSlice => "EndpointSliceList",
             Kind::ConfigMap => "ConfigMapList",
+            Kind::ResourceSlice => "ResourceSliceList",
         }
     }
 
@@ -161,6 +173,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::EndpointSlice => "endpointslices",
             Kind::ConfigMap => "configmaps",
+            Kind::ResourceSlice => "resourceslices",
         }
     }
 
@@ -169,6 +182,7 @@ impl Kind {
         match self {
             Kind::Pod => POD_FIELDS,
             Kind::EndpointSlice | Kind::ConfigMap => OBJECT_FIELDS,
+            Kind::ResourceSlice => RESOURCE_SLICE_FIELDS,
         }
     }
 }
@@ -184,6 +198,8 @@ enum Object {
     EndpointSlice(EndpointSlice),
     /// With `metadata.namespace` and `metadata.uid` set and no `resourceVersion`.
     ConfigMap(ConfigMap),
+    /// With `metadata.uid` set, no namespace and no `resourceVersion`.
+    ResourceSlice(ResourceSlice),
 }
 
 /// The labels of an object that has none.
@@ -195,6 +211,7 @@ impl Object {
             Object::Pod(_) => Kind::Pod,
             Object::EndpointSlice(_) => Kind::EndpointSlice,
             Object::ConfigMap(_) => Kind::ConfigMap,
+            Object::ResourceSlice(_) => Kind::ResourceSlice,
         }
     }
 
@@ -211,6 +228,7 @@ impl Object {
             Object::Pod(pod) => &pod.labels,
             Object::EndpointSlice(slice) => slice.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
             Object::ConfigMap(map) => map.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
+            Object::ResourceSlice(slice) => slice.metadata.labels.as_ref().unwrap_or(&NO_LABELS),
         }
     }
 
@@ -225,6 +243,10 @@ impl Object {
             Object::ConfigMap(map) => ObjectMeta {
                 resource_version: Some(rv.to_string()),
                 ..map.metadata.clone()
+            },
+            Object::ResourceSlice(slice) => ObjectMeta {
+                resource_version: Some(rv.to_string()),
+                ..slice.metadata.clone()
             },
         }
     }
@@ -249,6 +271,10 @@ impl Object {
                 metadata: self.metadata(rv),
                 ..map.clone()
             }),
+            (Shape::Full, Object::ResourceSlice(slice)) => serde_json::to_value(ResourceSlice {
+                metadata: self.metadata(rv),
+                ..slice.clone()
+            }),
         }
     }
 }
@@ -261,13 +287,20 @@ impl Fields for Object {
                 Field::Name => slice.metadata.name.as_deref().unwrap_or(""),
                 Field::Namespace => slice.metadata.namespace.as_deref().unwrap_or(""),
                 // Refused when a selector is parsed (`Kind::fields`).
-                Field::NodeName | Field::Phase => "",
+                Field::NodeName | Field::Phase | Field::Driver => "",
             },
             Object::ConfigMap(map) => match field {
                 Field::Name => map.metadata.name.as_deref().unwrap_or(""),
                 Field::Namespace => map.metadata.namespace.as_deref().unwrap_or(""),
                 // Refused when a selector is parsed (`Kind::fields`).
-                Field::NodeName | Field::Phase => "",
+                Field::NodeName | Field::Phase | Field::Driver => "",
+            },
+            Object::ResourceSlice(slice) => match field {
+                Field::Name => slice.metadata.name.as_deref().unwrap_or(""),
+                Field::NodeName => slice.spec.node_name.as_deref().unwrap_or(""),
+                Field::Driver => &slice.spec.driver,
+                // Refused when a selector is parsed (`Kind::fields`).
+                Field::Namespace | Field::Phase => "",
             },
         }
     }
@@ -470,7 +503,7 @@ impl FakeApiServer {
             .values()
             .filter_map(|(object, _)| match object {
                 Object::Pod(pod) => Some(pod.clone()),
-                Object::EndpointSlice(_) | Object::ConfigMap(_) => None,
+                Object::EndpointSlice(_) | Object::ConfigMap(_) | Object::ResourceSlice(_) => None,
             })
             .collect()
     }
@@ -504,7 +537,7 @@ impl FakeApiServer {
             .values()
             .filter_map(|(object, _)| match object {
                 Object::EndpointSlice(slice) => Some(slice.clone()),
-                Object::Pod(_) | Object::ConfigMap(_) => None,
+                Object::Pod(_) | Object::ConfigMap(_) | Object::ResourceSlice(_) => None,
             })
             .collect()
     }
@@ -524,6 +557,33 @@ impl FakeApiServer {
     /// Deletes a ConfigMap; false if there was no such ConfigMap.
     pub fn delete_config_map(&self, namespace: &str, name: &str) -> bool {
         let key = (Kind::ConfigMap, namespace.to_string(), name.to_string());
+        self.state.change(key, |_| None)
+    }
+
+    /// Adds `slice` (cluster-scoped), or replaces the ResourceSlice with its name; a
+    /// missing `metadata.uid` is derived from its name and any `resourceVersion` given
+    /// is replaced by the server's.
+    ///
+    /// # Panics
+    ///
+    /// If the slice has no `metadata.name` (a bug in the test that builds it).
+    pub fn apply_resource_slice(&self, mut slice: ResourceSlice) {
+        let Some(name) = slice.metadata.name.clone() else {
+            panic!("a resourceslice needs metadata.name: {:?}", slice.metadata);
+        };
+        slice.metadata.namespace = None;
+        slice
+            .metadata
+            .uid
+            .get_or_insert_with(|| format!("uid-resourceslice-{name}"));
+        slice.metadata.resource_version = None;
+        let slice = Object::ResourceSlice(slice);
+        self.state.change(slice.key(), |_| Some(slice));
+    }
+
+    /// Deletes a ResourceSlice; false if there was no such slice.
+    pub fn delete_resource_slice(&self, name: &str) -> bool {
+        let key = (Kind::ResourceSlice, String::new(), name.to_string());
         self.state.change(key, |_| None)
     }
 
@@ -672,6 +732,20 @@ fn router(state: Arc<ApiState>) -> axum::Router {
         .route(
             &format!("{SLICES}/namespaces/{{namespace}}/endpointslices/{{name}}"),
             get_one(Kind::EndpointSlice),
+        )
+        .route(
+            "/apis/resource.k8s.io/v1/resourceslices",
+            list_all(Kind::ResourceSlice),
+        )
+        .route(
+            "/apis/resource.k8s.io/v1/resourceslices/{name}",
+            get(
+                |State(api): State<Arc<ApiState>>,
+                 UrlPath(name): UrlPath<String>,
+                 headers: HeaderMap| async move {
+                    get_object(&api, (Kind::ResourceSlice, String::new(), name), &headers)
+                },
+            ),
         )
         .route("/api/v1/configmaps", list_all(Kind::ConfigMap))
         .route(

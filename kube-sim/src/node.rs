@@ -14,6 +14,10 @@ use crate::proto::{
 };
 use crate::server_thread::ServerThread;
 use gpu_sim::{Scenario, SimNode};
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -76,26 +80,30 @@ pub fn pod_resources_on(
                     dynamic_resources: c
                         .claims
                         .iter()
-                        .map(|claim| DynamicResource {
-                            claim_name: claim.claim_name.clone(),
-                            claim_namespace: claim
-                                .claim_namespace
-                                .clone()
-                                .unwrap_or_else(|| pod.namespace.clone()),
-                            claim_resources: vec![ClaimResource {
-                                cdi_devices: claim
-                                    .cdi_devices
-                                    .iter()
-                                    .map(|name| CdiDevice { name: name.clone() })
-                                    .collect(),
-                                driver_name: claim.driver.clone(),
-                                pool_name: claim
-                                    .pool
+                        .filter_map(|claim| {
+                            // `Scenario::validate` rejects claims that cannot be spelled.
+                            let device = node.dra_device_name(claim).ok()?;
+                            let cdi = node.dra_cdi_devices(claim, &pod.namespace).ok()?;
+                            Some(DynamicResource {
+                                claim_name: claim.claim_name.clone(),
+                                claim_namespace: claim
+                                    .claim_namespace
                                     .clone()
-                                    .unwrap_or_else(|| node_name.to_string()),
-                                device_name: claim.device.clone(),
-                                share_id: None,
-                            }],
+                                    .unwrap_or_else(|| pod.namespace.clone()),
+                                claim_resources: vec![ClaimResource {
+                                    cdi_devices: cdi
+                                        .into_iter()
+                                        .map(|name| CdiDevice { name })
+                                        .collect(),
+                                    driver_name: claim.driver.clone(),
+                                    pool_name: claim
+                                        .pool
+                                        .clone()
+                                        .unwrap_or_else(|| node_name.to_string()),
+                                    device_name: device,
+                                    share_id: None,
+                                }],
+                            })
                         })
                         .collect(),
                     ..ContainerResources::default()
@@ -180,6 +188,87 @@ pub fn pod_meta(scenario: &Scenario, t_s: f64, node_name: &str) -> Vec<PodMeta> 
         .collect()
 }
 
+/// The ResourceSlice NVIDIA's DRA driver publishes for this node: pool `node_name`,
+/// every whole GPU as `gpu-<minor>` (attributes `type = "gpu"`, `uuid`, `productName`)
+/// and every MIG instance under its 25.12+ name (`type = "mig"`, `uuid`, `parentUUID`,
+/// `profile`).
+pub fn resource_slice(node: &SimNode, node_name: &str) -> ResourceSlice {
+    use gpu_sim::{ClaimSpec, DraNaming};
+    let text = |v: &str| DeviceAttribute {
+        string: Some(v.to_string()),
+        ..DeviceAttribute::default()
+    };
+    let mut devices = Vec::new();
+    for (index, gpu) in node.gpus.iter().enumerate() {
+        let claim = |mig: Option<usize>| ClaimSpec {
+            claim_name: String::new(),
+            claim_namespace: None,
+            driver: NVIDIA_DRA_DRIVER.into(),
+            pool: None,
+            device: None,
+            gpu: Some(index as u32),
+            mig,
+            naming: DraNaming::Current,
+            cdi_devices: None,
+        };
+        let mut push = |mig: Option<usize>, attributes: Vec<(&str, DeviceAttribute)>| {
+            if let Ok(name) = node.dra_device_name(&claim(mig)) {
+                devices.push(Device {
+                    name,
+                    attributes: Some(
+                        attributes
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v))
+                            .collect(),
+                    ),
+                    ..Device::default()
+                });
+            }
+        };
+        if gpu.mig.is_empty() {
+            push(
+                None,
+                vec![
+                    ("type", text("gpu")),
+                    ("uuid", text(&gpu.uuid)),
+                    ("productName", text(gpu.model.name)),
+                ],
+            );
+        }
+        for (slot, m) in gpu.mig.iter().enumerate() {
+            push(
+                Some(slot),
+                vec![
+                    ("type", text("mig")),
+                    ("uuid", text(&m.uuid)),
+                    ("parentUUID", text(&gpu.uuid)),
+                    ("profile", text(m.profile.name)),
+                ],
+            );
+        }
+    }
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{node_name}-{NVIDIA_DRA_DRIVER}-sim")),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: NVIDIA_DRA_DRIVER.into(),
+            node_name: Some(node_name.to_string()),
+            pool: ResourcePool {
+                name: node_name.to_string(),
+                generation: 1,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices),
+            ..ResourceSliceSpec::default()
+        },
+    }
+}
+
+/// The DRA driver name of NVIDIA's GPU driver.
+pub const NVIDIA_DRA_DRIVER: &str = "gpu.nvidia.com";
+
 /// The first pod start or end strictly after `t_s`, if any.
 fn next_pod_event(scenario: &Scenario, t_s: f64) -> Option<f64> {
     scenario
@@ -234,6 +323,17 @@ impl SimKubeNode {
         let apiserver = Arc::new(FakeApiServer::start()?);
         for pod in pod_meta(&scenario, clock.now_s(), node_name) {
             apiserver.apply(pod);
+        }
+        // The DRA driver publishes its devices on nodes where claims use it.
+        let uses_dra = scenario.pods.iter().any(|p| {
+            p.containers.iter().any(|c| {
+                c.claims
+                    .iter()
+                    .any(|claim| claim.driver == NVIDIA_DRA_DRIVER)
+            })
+        });
+        if uses_dra {
+            apiserver.apply_resource_slice(resource_slice(&node, node_name));
         }
         let kubeconfig = dir.join("kubeconfig");
         apiserver.write_kubeconfig(&kubeconfig)?;
@@ -455,6 +555,87 @@ devices = [{ id = "raw-id" }]
                 [0]
             .pool_name,
             DEFAULT_NODE_NAME
+        );
+    }
+
+    #[test]
+    fn claims_and_the_resource_slice_name_devices_as_the_dra_driver_does() {
+        let s = Scenario::parse_toml(
+            r#"
+minor_numbers = [1, 0]
+[clock]
+frozen_at_s = 0.0
+[[gpus]]
+model = "NVIDIA H100 80GB HBM3"
+[[gpus]]
+model = "NVIDIA H100 80GB HBM3"
+mig = [{ profile = "3g.40gb" }, { profile = "2g.20gb", count = 2 }]
+[[pods]]
+name = "p"
+namespace = "ml"
+[[pods.containers]]
+name = "c"
+claims = [
+  { claim_name = "whole", gpu = 0 },
+  { claim_name = "slice", gpu = 1, mig = 0 },
+  { claim_name = "old", gpu = 1, mig = 2, naming = "legacy" },
+]
+"#,
+            "t",
+        )
+        .unwrap();
+        let n = SimNode::new(&s, SystemTime::now());
+        // NVIDIA's names: the minor number (GPU 0 is /dev/nvidia1), and for MIG the
+        // profile without dots, its unique ID (3g.40gb: 9, 2g.20gb: 14, as nvidia-smi
+        // mig -lgip shows) and placement (3g.40gb + 2 x 2g.20gb fit only with the 3g
+        // instance at slice 4).
+        let pods = pod_resources_on(&s, &n, "node-a", 0.0, false);
+        let claims = &pods[0].containers[0].dynamic_resources;
+        let devices: Vec<&str> = claims
+            .iter()
+            .map(|c| c.claim_resources[0].device_name.as_str())
+            .collect();
+        assert_eq!(
+            devices,
+            ["gpu-1", "gpu-0-mig-3g40gb-9-4", "gpu-0-mig-14-2-2"]
+        );
+        // CDI names carry the claim's UID, not the GPU's.
+        let cdi = &claims[0].claim_resources[0].cdi_devices[0].name;
+        let uid = s.pods[0].containers[0].claims[0].uid("ml");
+        assert_eq!(cdi, &format!("k8s.gpu.nvidia.com/claim={uid}-gpu-1"));
+        assert!(!cdi.contains(&n.gpus[0].uuid["GPU-".len()..]));
+
+        let slice = resource_slice(&n, "node-a");
+        assert_eq!(slice.spec.driver, "gpu.nvidia.com");
+        assert_eq!(slice.spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(slice.spec.pool.name, "node-a");
+        let published: Vec<(String, String)> = slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| {
+                let attrs = d.attributes.as_ref().unwrap();
+                (d.name.clone(), attrs["uuid"].string.clone().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            published,
+            [
+                ("gpu-1".to_string(), n.gpus[0].uuid.clone()),
+                (
+                    "gpu-0-mig-3g40gb-9-4".to_string(),
+                    n.gpus[1].mig[0].uuid.clone()
+                ),
+                (
+                    "gpu-0-mig-2g20gb-14-0".to_string(),
+                    n.gpus[1].mig[1].uuid.clone()
+                ),
+                (
+                    "gpu-0-mig-2g20gb-14-2".to_string(),
+                    n.gpus[1].mig[2].uuid.clone()
+                ),
+            ]
         );
     }
 

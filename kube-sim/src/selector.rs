@@ -27,10 +27,15 @@ pub(crate) enum Field {
     Namespace,
     NodeName,
     Phase,
+    /// `spec.driver` (ResourceSlices).
+    Driver,
 }
 
 /// The fields every kind of object can be selected by.
 pub(crate) const OBJECT_FIELDS: &[Field] = &[Field::Name, Field::Namespace];
+
+/// The fields ResourceSlices can be selected by (cluster-scoped: no namespace).
+pub(crate) const RESOURCE_SLICE_FIELDS: &[Field] = &[Field::Name, Field::NodeName, Field::Driver];
 
 /// The fields pods can be selected by.
 pub(crate) const POD_FIELDS: &[Field] =
@@ -45,6 +50,7 @@ impl Field {
             "metadata.namespace" => Some(Field::Namespace),
             "spec.nodeName" => Some(Field::NodeName),
             "status.phase" => Some(Field::Phase),
+            "spec.driver" => Some(Field::Driver),
             _ => None,
         };
         field
@@ -113,6 +119,7 @@ mod tests {
                 Field::Namespace => "default",
                 Field::NodeName => self.node,
                 Field::Phase => self.phase,
+                Field::Driver => "",
             }
         }
     }
@@ -164,5 +171,21 @@ mod tests {
             Err(SelectorError::UnsupportedField("spec.nodeName".into()))
         );
         assert!(FieldSelector::parse("metadata.name=a", OBJECT_FIELDS).is_ok());
+        // ResourceSlices: by node and driver; cluster-scoped, so no namespace.
+        assert!(
+            FieldSelector::parse(
+                "spec.nodeName=n,spec.driver=gpu.nvidia.com",
+                RESOURCE_SLICE_FIELDS
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            FieldSelector::parse("metadata.namespace=x", RESOURCE_SLICE_FIELDS),
+            Err(SelectorError::UnsupportedField("metadata.namespace".into()))
+        );
+        assert_eq!(
+            FieldSelector::parse("spec.driver=x", POD_FIELDS),
+            Err(SelectorError::UnsupportedField("spec.driver".into()))
+        );
     }
 }

@@ -86,13 +86,17 @@ async fn serve(cli: Cli) -> Result<(), Error> {
     let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
     let pods = Arc::new(ArcSwap::from_pointee(PodIndex::default()));
     let telemetry = Arc::new(Telemetry::new(fleet.clone(), cli.staleness()));
+    let catalog = Arc::new(cli.catalog()?);
     let targets = start_source(&cli, fleet.clone(), telemetry.source.clone())?;
+    let signals = start_signals(&cli, telemetry.source.clone())?;
     start_watches(&cli, targets, pods.clone()).await?;
     let state = Arc::new(AppState {
         fleet,
         pods,
         staleness: cli.staleness(),
         window_seconds: cli.scrape_interval.as_secs().max(1),
+        catalog,
+        signals,
     });
     let (stop, stopped) = watch::channel(false);
     let grpc = serve_grpc(&cli, state.clone(), &telemetry, stopped.clone()).await?;
@@ -159,6 +163,45 @@ fn start_source(
     Ok(cli.exporter_urls.is_empty().then_some(targets))
 }
 
+/// The signal loop, when --signal declares any.
+fn start_signals(
+    cli: &Cli,
+    metrics: SourceMetrics,
+) -> Result<source::signal::SignalsHandle, Error> {
+    let signals = source::signal::handle();
+    if cli.signals.is_empty() {
+        return Ok(signals);
+    }
+    let prometheus_url = cli
+        .signal_prometheus_url
+        .clone()
+        .or(cli.prometheus_url.clone());
+    if prometheus_url.is_none()
+        && let Some(s) = cli
+            .signals
+            .iter()
+            .find(|s| matches!(s.source, source::signal::SignalSource::Query(_)))
+    {
+        return Err(Error::Config(format!(
+            "--signal {}/{}: promql: signals need --signal-prometheus-url or --prometheus-url",
+            s.namespace, s.name
+        )));
+    }
+    let opts = source::signal::SignalOptions {
+        specs: cli.signals.clone(),
+        prometheus_url,
+        interval: cli.signal_interval,
+        timeout: cli.scrape_timeout.min(cli.signal_interval * 4),
+        limits: cli.limits()?,
+        metrics,
+    };
+    let client =
+        source::signal::client().map_err(|e| Error::Config(format!("the signal client: {e}")))?;
+    tracing::info!(signals = cli.signals.len(), interval = ?cli.signal_interval, "source: signals without pods");
+    tokio::spawn(source::signal::run(opts, client, signals.clone()));
+    Ok(signals)
+}
+
 /// The pod watch, and exporter discovery when `targets` are to be discovered. Without
 /// API access the adapter still serves unselected pod metrics, unless it has no other
 /// way to find the exporters.
@@ -197,8 +240,14 @@ async fn stopping(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
-async fn listen(address: String) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(&address)
+/// Bind `port` on --bind-address, or on every interface of both address families.
+async fn listen(cli: &Cli, port: u16) -> Result<tokio::net::TcpListener, Error> {
+    let address = match cli.bind_address.as_deref() {
+        None => format!(":{port}"),
+        Some(host) if host.contains(':') && !host.starts_with('[') => format!("[{host}]:{port}"),
+        Some(host) => format!("{host}:{port}"),
+    };
+    tls_serving::bind(&address)
         .await
         .map_err(|source| Error::Listen { address, source })
 }
@@ -222,7 +271,7 @@ async fn serve_grpc(
             cli.grpc_client_ca_file.clone(),
         )?)
     };
-    let listener = listen(format!("{}:{}", cli.bind_address, cli.grpc_port)).await?;
+    let listener = listen(cli, cli.grpc_port).await?;
     let local = listener.local_addr()?;
     tracing::info!(grpc_address = %local, tls = tls.is_some(), mutual_tls = cli.grpc_client_ca_file.is_some(), "KEDA external scaler ready");
     let scaler = keda::Scaler::new(state, cli.scrape_interval);
@@ -266,7 +315,7 @@ async fn serve_api(
         telemetry.clone(),
         telemetry::track_http,
     ));
-    let listener = listen(format!("{}:{}", cli.bind_address, cli.secure_port)).await?;
+    let listener = listen(cli, cli.secure_port).await?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, tls = tls.is_some(), "listening");
     let limits = cli.listener_limits(HEALTH_PATHS);

@@ -469,13 +469,15 @@ for i in $(seq 0 $((nodes - 1))); do
         --node-name "$node" --socket "$socket" --scenario "$scenario"
     port=$(free_port)
     # The DaemonSet's arguments (deploy/base/exporter/daemonset.yaml), with this node's
-    # socket, address and identity, and a 1 s sampling interval for the autoscaling tests.
+    # socket, address and identity, and a 1 s sampling interval for the autoscaling tests;
+    # plus the opt-in ResourceSlice watch, so the audit log covers every call RBAC grants.
     start "gpu-exporter-$node" env NODE_NAME="$node" GPU_SIM_SCENARIO="$scenario" \
         GPU_SIM_DIAL="$dial" \
         "$rust/gpu-exporter" --nvml-lib "$rust/libnvidia_ml.so" \
         --address "127.0.0.1:$port" --collect-interval 1000 \
         --kubernetes --pod-resources-kubelet-socket "$socket" \
         --kubernetes-pod-labels app,app.kubernetes.io/name,app.kubernetes.io/instance \
+        --kubernetes-enable-dra \
         --kubeconfig "$dir/exporter.kubeconfig" \
         --collectors "$root/deploy/base/exporter/counters.csv" --log-format json
     exporter_urls+=("http://127.0.0.1:$port/metrics")
@@ -488,6 +490,11 @@ done
 
 adapter_args=()
 for url in "${exporter_urls[@]}"; do adapter_args+=(--exporter-url "$url"); done
+# Extra adapter flags, whitespace-separated (e.g. --composite-metrics-file PATH).
+if [ -n "${ADAPTER_ARGS:-}" ]; then
+    read -r -a extra_adapter_args <<<"$ADAPTER_ARGS"
+    adapter_args+=("${extra_adapter_args[@]}")
+fi
 start gpu-metrics-adapter "$rust/gpu-metrics-adapter" \
     --bind-address 127.0.0.1 --secure-port "$adapter_port" --grpc-port "$adapter_grpc" \
     --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \

@@ -23,13 +23,16 @@
 //!   key or CA files change (Kubernetes Secret mounts swap a symlink), so rotation
 //!   needs no restart; a broken file keeps the previous configuration and is logged.
 //! - [`self_signed`] makes a development pair.
+//! - [`bind`] binds the listening socket: `:PORT` is every interface, IPv4 and IPv6.
 
 mod client_auth;
+mod listen;
 mod pem;
 mod reload;
 mod serve;
 
 pub use client_auth::ClientAuth;
+pub use listen::{ListenAddress, bind};
 pub use pem::{ca_bundle_from_pem, load_ca_bundle, load_cert_chain, load_private_key};
 pub use reload::{ReloadError, TlsConfigHandle, watch_files, watch_server_config};
 pub use serve::{Limits, PeerCertificates, RemoteAddr, serve};

@@ -5,6 +5,7 @@
 //! one device value between the pods sharing it, every cycle, from their processes.
 
 use super::device_id::{DeviceRef, GpuUuid, MigUuid};
+use super::dra::{DraDeviceName, DraLabels, SliceDirectory, device_name_profile};
 use super::kubelet::{AllocatedDevice, Allocation, DraDevice};
 use super::pods::PodDirectory;
 use crate::source::{EntityInfo, Inventory};
@@ -21,6 +22,8 @@ pub struct Holder {
     pub container: Option<Arc<str>>,
     /// Allow-listed pod labels (sanitised name, value), sorted.
     pub pod_labels: Vec<(String, String)>,
+    /// The DRA claim the device came through, when it did.
+    pub dra: Option<Arc<DraLabels>>,
 }
 
 /// How an entity is held.
@@ -58,6 +61,13 @@ pub struct DeviceIndex {
     mig_by_gi_ci: HashMap<(u32, u32, u32), usize>,
     /// (GPU index, MIG slot) → entity.
     mig_by_slot: HashMap<(u32, u32), usize>,
+    /// GPU minor number → entity (NVIDIA's DRA driver's `gpu-<minor>`).
+    gpu_by_minor: HashMap<u32, usize>,
+    /// (parent minor, GI profile ID, placement start) → (entity, placement size).
+    mig_by_placement: HashMap<(u32, u32, u32), (usize, u32)>,
+    /// (parent minor, profile as device names spell it) → entities, for MIG instances
+    /// whose placement NVML did not tell.
+    mig_by_profile: HashMap<(u32, String), Vec<usize>>,
 }
 
 impl DeviceIndex {
@@ -72,6 +82,9 @@ impl DeviceIndex {
                         ix.gpu_by_uuid.insert(u, e);
                     }
                     ix.gpu_by_index.insert(ent.gpu_index, e);
+                    if let Some(minor) = ent.minor_number {
+                        ix.gpu_by_minor.insert(minor, e);
+                    }
                 }
                 Some(m) => {
                     if let Ok(u) = m.mig_uuid.parse::<MigUuid>() {
@@ -81,6 +94,19 @@ impl DeviceIndex {
                     ix.mig_by_gi_ci
                         .insert((ent.gpu_index, m.gpu_instance_id, m.compute_instance_id), e);
                     ix.mig_by_slot.insert((ent.gpu_index, m.slot), e);
+                    if let Some(minor) = ent.minor_number {
+                        match m.placement {
+                            Some(p) => {
+                                ix.mig_by_placement
+                                    .insert((minor, p.profile_id, p.start), (e, p.size));
+                            }
+                            None => ix
+                                .mig_by_profile
+                                .entry((minor, device_name_profile(&m.profile)))
+                                .or_default()
+                                .push(e),
+                        }
+                    }
                 }
             }
         }
@@ -114,20 +140,48 @@ impl DeviceIndex {
         }
     }
 
-    /// The entity a DRA device names: a GPU or MIG UUID in one of its CDI device names
-    /// (`vendor/class=<name>`), else NVIDIA's DRA driver's `gpu-<index>` device name.
-    pub fn lookup_dra(&self, d: &DraDevice, entities: &[EntityInfo]) -> Option<usize> {
-        for cdi in &d.cdi_devices {
-            let name = cdi.rsplit_once('=').map_or(cdi.as_str(), |(_, n)| n);
-            if let Ok(id) = name.parse::<super::device_id::DeviceId>()
-                && let Some(e) = self.lookup(&id.device, entities)
-                && matches!(id.device, DeviceRef::GpuUuid(_) | DeviceRef::MigUuid(_))
-            {
+    /// The entity a DRA device of NVIDIA's driver is: by the UUID its ResourceSlice
+    /// publishes when the watch knows the device, else by its name (`gpu-<minor>`, MIG
+    /// by parent minor, profile ID and placement). CDI names are not read: they carry
+    /// the claim UID, not the device's.
+    pub fn lookup_dra(
+        &self,
+        d: &DraDevice,
+        slice: Option<&super::dra::SliceDevice>,
+    ) -> Option<usize> {
+        if let Some(uuid) = slice.and_then(|s| s.uuid.as_deref()) {
+            let by_uuid = if let Ok(u) = uuid.parse::<GpuUuid>() {
+                self.gpu_by_uuid.get(&u)
+            } else if let Ok(u) = uuid.parse::<MigUuid>() {
+                self.mig_by_uuid.get(&u)
+            } else {
+                None
+            };
+            if let Some(&e) = by_uuid {
                 return Some(e);
             }
         }
-        let index: u32 = d.device.strip_prefix("gpu-")?.parse().ok()?;
-        self.gpu_by_index.get(&index).copied()
+        match DraDeviceName::parse(&d.device)? {
+            DraDeviceName::Gpu { minor } => self.gpu_by_minor.get(&minor).copied(),
+            DraDeviceName::Mig {
+                minor,
+                profile,
+                profile_id,
+                start,
+                size,
+            } => {
+                if let Some(&(e, placed_size)) =
+                    self.mig_by_placement.get(&(minor, profile_id, start))
+                {
+                    return size.is_none_or(|s| s == placed_size).then_some(e);
+                }
+                // Placement unknown: a profile that only one instance of the GPU has.
+                match self.mig_by_profile.get(&(minor, profile?))?.as_slice() {
+                    [only] => Some(*only),
+                    _ => None,
+                }
+            }
+        }
     }
 }
 
@@ -135,38 +189,48 @@ impl DeviceIndex {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum CacheKey {
     Plugin(DeviceRef),
-    Dra(String, String, Vec<String>),
+    /// (pool, device name).
+    Dra(String, String),
 }
 
-/// Resolved references for one inventory, failures included, so a device ID the node
-/// does not have is looked up (and logged) once, not every refresh.
+/// Resolved references for one inventory and one view of the ResourceSlices, failures
+/// included, so a device ID the node does not have is looked up (and logged) once, not
+/// every refresh. A new inventory or new slices start a new cache, so a device that
+/// appears later (a MIG instance created for a claim) resolves then.
 #[derive(Debug, Default)]
 pub struct ResolveCache {
     index: DeviceIndex,
     resolved: HashMap<CacheKey, Option<usize>>,
+    slices: Arc<SliceDirectory>,
 }
 
 impl ResolveCache {
     pub fn new(inv: &Inventory) -> ResolveCache {
+        ResolveCache::with_slices(inv, Arc::default())
+    }
+
+    /// A cache that also resolves DRA devices by the UUIDs `slices` publish.
+    pub fn with_slices(inv: &Inventory, slices: Arc<SliceDirectory>) -> ResolveCache {
         ResolveCache {
             index: DeviceIndex::new(inv),
             resolved: HashMap::new(),
+            slices,
         }
     }
 
     fn resolve(&mut self, dev: &AllocatedDevice, inv: &Inventory) -> (Option<usize>, bool) {
         let key = match dev {
             AllocatedDevice::Plugin(id) => CacheKey::Plugin(id.device),
-            AllocatedDevice::Dra(d) => {
-                CacheKey::Dra(d.pool.clone(), d.device.clone(), d.cdi_devices.clone())
-            }
+            AllocatedDevice::Dra(d) => CacheKey::Dra(d.pool.clone(), d.device.clone()),
         };
         if let Some(hit) = self.resolved.get(&key) {
             return (*hit, false);
         }
         let found = match dev {
             AllocatedDevice::Plugin(id) => self.index.lookup(&id.device, &inv.entities),
-            AllocatedDevice::Dra(d) => self.index.lookup_dra(d, &inv.entities),
+            AllocatedDevice::Dra(d) => self
+                .index
+                .lookup_dra(d, self.slices.get(&d.pool, &d.device)),
         };
         self.resolved.insert(key, found);
         (found, true)
@@ -182,10 +246,13 @@ impl Holdings {
         cache: &mut ResolveCache,
     ) -> Holdings {
         let n = inv.entities.len();
-        // entity → (namespace, pod, container) → whether any of its IDs marks sharing
         type Key = (Arc<str>, Arc<str>, Arc<str>);
         type PodKey = (Arc<str>, Arc<str>);
-        let mut holders: Vec<BTreeMap<Key, bool>> = vec![BTreeMap::new(); n];
+        // Whether any of the container's IDs marks sharing, and the DRA claim the device
+        // came through.
+        type Held = (bool, Option<Arc<DraLabels>>);
+        // entity → (namespace, pod, container) → how it holds the entity
+        let mut holders: Vec<BTreeMap<Key, Held>> = vec![BTreeMap::new(); n];
         let mut unmapped = Vec::new();
         for a in allocations {
             if !pods.may_label(&a.namespace, &a.pod) {
@@ -205,10 +272,29 @@ impl Holdings {
             };
             let sharing = a.shared_resource
                 || matches!(&a.device, AllocatedDevice::Plugin(id) if id.replica.is_some());
+            let dra = match &a.device {
+                AllocatedDevice::Dra(d) => Some(Arc::new(DraLabels {
+                    claim_name: d.claim_name.clone(),
+                    claim_namespace: d.claim_namespace.clone(),
+                    driver_name: super::kubelet::NVIDIA_DRA_DRIVER.to_string(),
+                    pool_name: d.pool.clone(),
+                    device_name: d.device.clone(),
+                    mig: inv.entities[e]
+                        .mig
+                        .as_ref()
+                        .map(|m| (m.profile.clone(), m.mig_uuid.clone())),
+                })),
+                AllocatedDevice::Plugin(_) => None,
+            };
             let slot = holders[e]
                 .entry((a.namespace.clone(), a.pod.clone(), a.container.clone()))
-                .or_insert(false);
-            *slot |= sharing;
+                .or_insert((false, None));
+            slot.0 |= sharing;
+            // One claim per (device, container); should two name it, the first in the
+            // kubelet's sorted order labels it.
+            if slot.1.is_none() {
+                slot.1 = dra;
+            }
         }
         unmapped.sort();
         unmapped.dedup();
@@ -221,7 +307,7 @@ impl Holdings {
         let mut per_entity = Vec::with_capacity(n);
         let mut allocations_out = Vec::new();
         for (e, hs) in holders.iter().enumerate() {
-            for (ns, pod, container) in hs.keys() {
+            for ((ns, pod, container), (_, dra)) in hs {
                 allocations_out.push((
                     e,
                     Holder {
@@ -229,41 +315,55 @@ impl Holdings {
                         pod: pod.clone(),
                         container: Some(container.clone()),
                         pod_labels: labels_of(ns, pod),
+                        dra: dra.clone(),
                     },
                 ));
             }
-            let shared = hs.len() > 1 || hs.values().any(|s| *s);
+            let shared = hs.len() > 1 || hs.values().any(|s| s.0);
             per_entity.push(match (hs.len(), shared) {
                 (0, _) => Holding::Free,
                 (_, false) => {
                     // One container, not shared: proven by len() == 1 above.
-                    let (ns, pod, container) = hs.keys().next().cloned().unwrap_or_else(|| {
-                        unreachable!("an entity with one holder has a first key")
-                    });
+                    let ((ns, pod, container), (_, dra)) = hs
+                        .iter()
+                        .next()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .unwrap_or_else(|| {
+                            unreachable!("an entity with one holder has a first key")
+                        });
                     Holding::Exclusive(Holder {
                         pod_labels: labels_of(&ns, &pod),
                         namespace: ns,
                         pod,
                         container: Some(container),
+                        dra,
                     })
                 }
                 (_, true) => {
                     // One share per pod; the container is named when only one holds it.
-                    let mut by_pod: BTreeMap<PodKey, Vec<Arc<str>>> = BTreeMap::new();
-                    for (ns, pod, c) in hs.keys() {
-                        by_pod
-                            .entry((ns.clone(), pod.clone()))
-                            .or_default()
-                            .push(c.clone());
+                    // A pod's share carries its claim when all its containers got the
+                    // device through the same one (a claim shared between pods).
+                    type PodShare = (Vec<Arc<str>>, Vec<Option<Arc<DraLabels>>>);
+                    let mut by_pod: BTreeMap<PodKey, PodShare> = BTreeMap::new();
+                    for ((ns, pod, c), (_, dra)) in hs {
+                        let entry = by_pod.entry((ns.clone(), pod.clone())).or_default();
+                        entry.0.push(c.clone());
+                        entry.1.push(dra.clone());
                     }
                     Holding::Shared(
                         by_pod
                             .into_iter()
-                            .map(|((ns, pod), cs)| Holder {
+                            .map(|((ns, pod), (cs, claims))| Holder {
                                 pod_labels: labels_of(&ns, &pod),
                                 container: (cs.len() == 1).then(|| cs[0].clone()),
                                 namespace: ns,
                                 pod,
+                                dra: match claims.split_first() {
+                                    Some((first, rest)) if rest.iter().all(|c| c == first) => {
+                                        first.clone()
+                                    }
+                                    _ => None,
+                                },
                             })
                             .collect(),
                     )
@@ -342,10 +442,14 @@ mod tests {
     const M1: &str = "MIG-99999999-8888-7777-6666-555555555555";
 
     /// GPU 0 whole; GPU 1 in MIG mode with GI 3 (slot 0, CI 0) and GI 5 (slot 1, CI 0).
+    /// Their minor numbers are swapped (GPU 0 is /dev/nvidia1), as on real nodes where
+    /// NVML orders by PCI bus and the driver numbers as it probes; GI 3 (1g.10gb, unique
+    /// profile ID 19) sits at memory slice 4, GI 5 at slice 0.
     fn inventory() -> Inventory {
         let gpu = |i: u32, uuid: &str| EntityInfo {
             gpu_index: i,
             uuid: uuid.into(),
+            minor_number: Some(1 - i),
             pci_bus_id: format!("00000000:0{i}:00.0"),
             model_name: "NVIDIA H100 80GB HBM3".into(),
             mig: None,
@@ -360,6 +464,11 @@ mod tests {
                 slot,
                 profile: "1g.10gb".into(),
                 mig_uuid: uuid.into(),
+                placement: Some(crate::source::GiPlacement {
+                    profile_id: 19,
+                    start: if gi == 3 { 4 } else { 0 },
+                    size: 1,
+                }),
             }),
             ..gpu(1, G1)
         };
@@ -392,6 +501,7 @@ mod tests {
             pod: pod.into(),
             container: c.map(Into::into),
             pod_labels: vec![],
+            dra: None,
         }
     }
 
@@ -523,26 +633,200 @@ mod tests {
         assert_eq!(h.per_entity[2], Holding::Free);
     }
 
-    #[test]
-    fn dra_devices_resolve_by_cdi_uuid_or_device_name() {
-        let inv = inventory();
-        let ix = DeviceIndex::new(&inv);
-        let dra = |device: &str, cdi: &[&str]| DraDevice {
+    fn dra_device(device: &str, cdi: &[&str]) -> DraDevice {
+        DraDevice {
             claim_name: "c".into(),
             claim_namespace: "ns".into(),
             pool: "node".into(),
             device: device.into(),
             cdi_devices: cdi.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn dra_gpus_resolve_by_minor_number_not_index() {
+        let inv = inventory();
+        let ix = DeviceIndex::new(&inv);
+        let entity_of_minor = |minor: u32| {
+            inv.entities
+                .iter()
+                .position(|e| e.mig.is_none() && e.minor_number == Some(minor))
         };
-        assert_eq!(ix.lookup_dra(&dra("gpu-0", &[]), &inv.entities), Some(0));
+        for minor in [0, 1] {
+            let got = ix.lookup_dra(&dra_device(&format!("gpu-{minor}"), &[]), None);
+            assert_eq!(got, entity_of_minor(minor), "gpu-{minor}");
+            assert_ne!(
+                got.map(|e| inv.entities[e].gpu_index),
+                Some(minor),
+                "minor {minor} is not index {minor} on this node"
+            );
+        }
+        assert_eq!(ix.lookup_dra(&dra_device("gpu-9", &[]), None), None);
+        assert_eq!(ix.lookup_dra(&dra_device("gpu-vfio-0", &[]), None), None);
+    }
+
+    #[test]
+    fn dra_mig_devices_resolve_by_profile_id_and_placement() {
+        let inv = inventory();
+        let ix = DeviceIndex::new(&inv);
+        let gi_of = |e: Option<usize>| {
+            e.and_then(|e| inv.entities[e].mig.as_ref())
+                .map(|m| m.gpu_instance_id)
+        };
+        // GPU 1 is minor 0. Both release forms name the same instance.
+        for (name, gi) in [
+            ("gpu-0-mig-1g10gb-19-4", Some(3)),
+            ("gpu-0-mig-1g10gb-19-0", Some(5)),
+            ("gpu-0-mig-19-4-1", Some(3)),
+            ("gpu-0-mig-19-0-1", Some(5)),
+            // A wrong size, an empty slice, another profile, the other GPU.
+            ("gpu-0-mig-19-4-2", None),
+            ("gpu-0-mig-1g10gb-19-1", None),
+            ("gpu-0-mig-2g20gb-14-4", None),
+            ("gpu-1-mig-1g10gb-19-4", None),
+        ] {
+            assert_eq!(
+                gi_of(ix.lookup_dra(&dra_device(name, &[]), None)),
+                gi,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn dra_mig_without_placement_resolves_by_profile_only_when_unambiguous() {
+        let mut inv = inventory();
+        for e in &mut inv.entities {
+            if let Some(m) = &mut e.mig {
+                m.placement = None;
+            }
+        }
+        let ix = DeviceIndex::new(&inv);
+        // Two 1g.10gb instances: the name cannot say which.
         assert_eq!(
-            ix.lookup_dra(
-                &dra("whatever", &[&format!("k8s.gpu.nvidia.com/device={M1}")]),
-                &inv.entities
-            ),
+            ix.lookup_dra(&dra_device("gpu-0-mig-1g10gb-19-4", &[]), None),
+            None
+        );
+        if let Some(m) = &mut inv.entities[3].mig {
+            m.profile = "2g.20gb".into();
+        }
+        let ix = DeviceIndex::new(&inv);
+        assert_eq!(
+            ix.lookup_dra(&dra_device("gpu-0-mig-1g10gb-19-4", &[]), None),
             Some(2)
         );
-        assert_eq!(ix.lookup_dra(&dra("gpu-9", &[]), &inv.entities), None);
+        assert_eq!(
+            ix.lookup_dra(&dra_device("gpu-0-mig-2g20gb-14-0", &[]), None),
+            Some(3)
+        );
+        // The legacy form has no profile name to go by.
+        assert_eq!(
+            ix.lookup_dra(&dra_device("gpu-0-mig-19-4-1", &[]), None),
+            None
+        );
+    }
+
+    #[test]
+    fn dra_cdi_names_are_never_read_as_device_uuids() {
+        let inv = inventory();
+        let ix = DeviceIndex::new(&inv);
+        // Even a CDI name that looks like a UUID does not move the device: the driver's
+        // CDI names carry the claim UID.
+        let cdi = [
+            format!("k8s.gpu.nvidia.com/claim={M1}"),
+            format!("k8s.gpu.nvidia.com/device={G1}"),
+        ];
+        let cdi: Vec<&str> = cdi.iter().map(String::as_str).collect();
+        assert_eq!(ix.lookup_dra(&dra_device("whatever", &cdi), None), None);
+        assert_eq!(ix.lookup_dra(&dra_device("gpu-1", &cdi), None), Some(0));
+    }
+
+    #[test]
+    fn dra_slice_uuid_wins_over_the_name_and_the_name_backs_it_up() {
+        use crate::attribution::dra::SliceDevice;
+        let inv = inventory();
+        let ix = DeviceIndex::new(&inv);
+        let with = |uuid: &str| SliceDevice {
+            uuid: Some(uuid.into()),
+        };
+        // A device name the exporter cannot parse, made known by its slice.
+        assert_eq!(
+            ix.lookup_dra(&dra_device("custom-7", &[]), Some(&with(M1))),
+            Some(2)
+        );
+        assert_eq!(
+            ix.lookup_dra(&dra_device("custom-7", &[]), Some(&with(G0))),
+            Some(0)
+        );
+        // A UUID not on this node: the name still resolves.
+        let elsewhere = with("GPU-00000000-0000-0000-0000-00000000dead");
+        assert_eq!(
+            ix.lookup_dra(&dra_device("gpu-1", &[]), Some(&elsewhere)),
+            Some(0)
+        );
+        assert_eq!(
+            ix.lookup_dra(&dra_device("gpu-1", &[]), Some(&SliceDevice { uuid: None })),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn dra_holders_carry_their_claim_and_mig_identity() {
+        let dra_alloc = |pod: &str, claim: &str, device: &str| Allocation {
+            namespace: "ml".into(),
+            pod: pod.into(),
+            container: "main".into(),
+            resource: format!("ml/{claim}").into(),
+            shared_resource: false,
+            device: AllocatedDevice::Dra(DraDevice {
+                claim_name: claim.into(),
+                claim_namespace: "ml".into(),
+                pool: "node-a".into(),
+                device: device.into(),
+                cdi_devices: vec![],
+            }),
+        };
+        let allocs = vec![
+            dra_alloc("train", "whole", "gpu-1"),
+            dra_alloc("serve", "slice", "gpu-0-mig-1g10gb-19-4"),
+            alloc(
+                "ml",
+                "plugin",
+                "main",
+                "nvidia.com/mig-1g.10gb",
+                "MIG-00000000-0000-0000-0000-000000000005",
+            ),
+        ];
+        let h = resolve(&allocs, &PodDirectory::default());
+        let held = |e: usize| match &h.per_entity[e] {
+            Holding::Exclusive(holder) => holder.clone(),
+            other => panic!("entity {e}: {other:?}"),
+        };
+        let whole = held(0);
+        assert_eq!(&*whole.pod, "train");
+        let labels = whole.dra.expect("claim labels");
+        assert_eq!(
+            (
+                labels.claim_name.as_str(),
+                labels.device_name.as_str(),
+                labels.pool_name.as_str()
+            ),
+            ("whole", "gpu-1", "node-a")
+        );
+        assert_eq!(labels.mig, None);
+        let mig = held(2);
+        assert_eq!(&*mig.pod, "serve");
+        assert_eq!(
+            mig.dra.expect("claim labels").mig,
+            Some(("1g.10gb".to_string(), M1.to_string()))
+        );
+        // A device-plugin allocation gets no claim labels.
+        assert_eq!(held(3).dra, None);
+        assert!(
+            h.allocations
+                .iter()
+                .any(|(e, holder)| *e == 2 && holder.dra.is_some())
+        );
     }
 
     #[test]

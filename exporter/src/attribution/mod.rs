@@ -10,6 +10,8 @@
 //!   tells which pods have finished.
 //! - [`cgroup`]: `/proc/<pid>/cgroup` names the pod of each GPU process, for splitting
 //!   a shared GPU's usage between the pods on it.
+//! - [`dra`]: with `--kubernetes-enable-dra`, the node's ResourceSlices of NVIDIA's DRA
+//!   driver, which tell each DRA device's UUID.
 //!
 //! [`Attributor`] is the sampler's view of them: per cycle it hands out the current
 //! [`assign::Holdings`] (recomputed only when an input changed) and maps process IDs to
@@ -18,6 +20,7 @@
 pub mod assign;
 pub mod cgroup;
 pub mod device_id;
+pub mod dra;
 pub mod kubelet;
 pub mod pods;
 
@@ -25,6 +28,7 @@ use crate::source::Inventory;
 use arc_swap::ArcSwap;
 use assign::{Holdings, ResolveCache};
 use cgroup::PodContainer;
+use dra::SliceDirectory;
 use kubelet::KubeletView;
 use pods::PodDirectory;
 use std::collections::HashMap;
@@ -55,10 +59,13 @@ pub struct Attributor {
     pods: Arc<ArcSwap<PodDirectory>>,
     pod_watch: bool,
     proc_root: PathBuf,
-    /// Resolved device references for the current inventory.
-    cache: Option<(u64, ResolveCache)>,
-    /// (inventory, kubelet, pods) generations the holdings were computed from.
-    computed_from: Option<(u64, u64, u64)>,
+    /// The ResourceSlice watch's devices (`--kubernetes-enable-dra`); stays empty
+    /// without it.
+    slices: Arc<ArcSwap<SliceDirectory>>,
+    /// Resolved device references for the current (inventory, slices) generations.
+    cache: Option<((u64, u64), ResolveCache)>,
+    /// (inventory, kubelet, pods, slices) generations the holdings were computed from.
+    computed_from: Option<(u64, u64, u64, u64)>,
     holdings: Arc<Holdings>,
     /// The pod directory the holdings were computed from: shares use the same one, so
     /// a cycle never mixes two views of the pods.
@@ -83,6 +90,7 @@ impl Attributor {
             pods,
             pod_watch,
             proc_root,
+            slices: Arc::new(ArcSwap::from_pointee(SliceDirectory::default())),
             cache: None,
             computed_from: None,
             holdings: Arc::new(Holdings {
@@ -98,6 +106,12 @@ impl Attributor {
         }
     }
 
+    /// Resolve DRA devices also by the UUIDs in the ResourceSlices `slices` holds.
+    pub fn with_slices(mut self, slices: Arc<ArcSwap<SliceDirectory>>) -> Attributor {
+        self.slices = slices;
+        self
+    }
+
     /// The holdings for `inv` (discovery number `inventory_generation`), and whether
     /// they changed since the last call.
     pub fn holdings(
@@ -107,17 +121,24 @@ impl Attributor {
     ) -> (Arc<Holdings>, bool) {
         let kubelet = self.kubelet.load_full();
         let pods = self.pods.load_full();
+        let slices = self.slices.load_full();
         // Health counters change without the allocations changing.
         self.view = kubelet.clone();
-        let key = (inventory_generation, kubelet.generation, pods.generation);
+        let key = (
+            inventory_generation,
+            kubelet.generation,
+            pods.generation,
+            slices.generation,
+        );
         if self.computed_from == Some(key) {
             return (self.holdings.clone(), false);
         }
+        let cache_key = (inventory_generation, slices.generation);
         let cache = match &mut self.cache {
-            Some((g, c)) if *g == inventory_generation => c,
+            Some((g, c)) if *g == cache_key => c,
             slot => {
                 &mut slot
-                    .insert((inventory_generation, ResolveCache::new(inv)))
+                    .insert((cache_key, ResolveCache::with_slices(inv, slices)))
                     .1
             }
         };

@@ -3,6 +3,7 @@
 //! Sources answer in NVML's own units; the sampler converts.
 
 pub mod nvml;
+pub mod selection;
 // Unit tests drive the simulated source whatever the features.
 #[cfg(any(test, feature = "demo"))]
 pub mod simulated;
@@ -62,6 +63,9 @@ pub struct EntityInfo {
     pub gpu_index: u32,
     /// UUID of the (parent) GPU, as dcgm-exporter labels MIG series.
     pub uuid: String,
+    /// Minor number of the (parent) GPU (`/dev/nvidia<N>`), by which NVIDIA's DRA
+    /// driver names devices; `None` when NVML does not tell.
+    pub minor_number: Option<u32>,
     pub pci_bus_id: String,
     pub model_name: String,
     pub mig: Option<MigInfo>,
@@ -85,6 +89,19 @@ pub struct MigInfo {
     /// Profile name, e.g. `3g.40gb`.
     pub profile: String,
     pub mig_uuid: String,
+    /// The GPU instance's profile ID and placement; `None` when NVML does not tell
+    /// (reading a GPU instance needs the MIG monitoring capability).
+    pub placement: Option<GiPlacement>,
+}
+
+/// A GPU instance's unique profile ID (19 for `1g.10gb` on an H100, as
+/// `nvidia-smi mig -lgip` shows) and its placement among the GPU's memory slices, from
+/// `nvmlGpuInstanceGetInfo`: what NVIDIA's DRA driver names MIG devices by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GiPlacement {
+    pub profile_id: u32,
+    pub start: u32,
+    pub size: u32,
 }
 
 /// A process using a GPU or MIG instance.

@@ -3,7 +3,9 @@
 //! unavailable driver, slow calls, unsupported capabilities) surface here exactly as the
 //! NVML backend reports them.
 
-use super::{EntityInfo, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent};
+use super::{
+    EntityInfo, GiPlacement, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent,
+};
 use crate::catalog::{LabelField, Quantity};
 use gpu_sim::{Capability, GpuReading, InforomObject, MigReading, SimNode};
 use std::collections::BTreeMap;
@@ -241,6 +243,7 @@ impl GpuSource for SimulatedSource {
             entities.push(EntityInfo {
                 gpu_index: g.index,
                 uuid: g.uuid.clone(),
+                minor_number: Some(g.minor_number),
                 pci_bus_id: g.pci_bus_id.clone(),
                 model_name: g.model.name.to_string(),
                 mig: s.mig.map(|m| {
@@ -252,6 +255,11 @@ impl GpuSource for SimulatedSource {
                         slot: m as u32,
                         profile: mig.profile.name.to_string(),
                         mig_uuid: mig.uuid.clone(),
+                        placement: Some(GiPlacement {
+                            profile_id: mig.profile.id,
+                            start: mig.placement_start,
+                            size: mig.profile.memory_slices,
+                        }),
                     }
                 }),
                 labels: values,

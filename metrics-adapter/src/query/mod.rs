@@ -5,6 +5,9 @@
 //! Deterministic by construction, so two replicas with the same data answer the same:
 //! pods are visited in name order and combined in that order.
 
+pub mod aggregate;
+pub mod composite;
+pub mod expr;
 pub mod trigger;
 
 use crate::error::Error;
@@ -22,6 +25,10 @@ pub struct AppState {
     pub staleness: Duration,
     /// The window reported with each value (the scrape interval).
     pub window_seconds: u64,
+    /// The configured metric names: composites and signals.
+    pub catalog: Arc<composite::Catalog>,
+    /// The signals' last readings.
+    pub signals: crate::source::signal::SignalsHandle,
 }
 
 /// One pod's fresh value.

@@ -16,7 +16,12 @@ fn exporter(node: &KubeNode, nvml: bool, extra: &[&str]) -> Exporter {
 }
 
 /// [`exporter`] on another scenario of `tests/fixtures`.
-fn exporter_on(scenario_file: &str, node: &KubeNode, nvml: bool, extra: &[&str]) -> Exporter {
+pub(crate) fn exporter_on(
+    scenario_file: &str,
+    node: &KubeNode,
+    nvml: bool,
+    extra: &[&str],
+) -> Exporter {
     let scenario = fixture(scenario_file);
     let simulate = format!("--simulate=tests/fixtures/{scenario_file}");
     let lib = fake_nvml();
@@ -51,7 +56,7 @@ fn exporter_on(scenario_file: &str, node: &KubeNode, nvml: bool, extra: &[&str])
 }
 
 /// A scrape taken once the kubelet and the pod watch are both up and `pred` holds.
-fn scrape_when(e: &Exporter, what: &str, pred: impl Fn(&str) -> bool) -> String {
+pub(crate) fn scrape_when(e: &Exporter, what: &str, pred: impl Fn(&str) -> bool) -> String {
     wait_for(what, Duration::from_secs(30), || {
         let body = e.metrics();
         (sample_value(&body, "gpu_exporter_kubelet_up") == Some(1.0)
@@ -62,7 +67,7 @@ fn scrape_when(e: &Exporter, what: &str, pred: impl Fn(&str) -> bool) -> String 
 }
 
 /// The label set (between the braces) of every sample of `name`.
-fn label_sets(body: &str, name: &str) -> Vec<String> {
+pub(crate) fn label_sets(body: &str, name: &str) -> Vec<String> {
     samples(body, name)
         .into_iter()
         .filter_map(|l| Some(l.split_once('{')?.1.rsplit_once('}')?.0.to_string()))
@@ -70,7 +75,7 @@ fn label_sets(body: &str, name: &str) -> Vec<String> {
 }
 
 /// The sample of `name` whose label set is exactly `labels`.
-fn exact(body: &str, name: &str, labels: &str) -> Option<f64> {
+pub(crate) fn exact(body: &str, name: &str, labels: &str) -> Option<f64> {
     samples(body, name).into_iter().find_map(|l| {
         let (set, value) = l.split_once('{')?.1.rsplit_once("} ")?;
         (set == labels).then(|| value.parse().ok())?
@@ -79,7 +84,12 @@ fn exact(body: &str, name: &str, labels: &str) -> Option<f64> {
 
 /// dcgm-exporter's labels of GPU `i` (or its MIG instance `mig`) on the scenario node,
 /// followed by `tail` (label fields, pod labels, attributes).
-fn device_labels(node: &gpu_sim::SimNode, i: usize, mig: Option<usize>, tail: &str) -> String {
+pub(crate) fn device_labels(
+    node: &gpu_sim::SimNode,
+    i: usize,
+    mig: Option<usize>,
+    tail: &str,
+) -> String {
     let g = &node.gpus[i];
     let mig = mig
         .map(|m| {
@@ -96,7 +106,7 @@ fn device_labels(node: &gpu_sim::SimNode, i: usize, mig: Option<usize>, tail: &s
     )
 }
 
-fn attrs(container: &str, namespace: &str, pod: &str) -> String {
+pub(crate) fn attrs(container: &str, namespace: &str, pod: &str) -> String {
     format!(",container=\"{container}\",namespace=\"{namespace}\",pod=\"{pod}\"")
 }
 
@@ -156,11 +166,14 @@ fn every_form_gets_exact_labels(nvml: bool) {
             ",app=\"indexed\"".to_string() + &attrs("main", "ml", "idx-0"),
         ),
         (4, attrs("app", "default", "gke-0")),
-        // A DRA claim's device, named `gpu-<index>` by NVIDIA's DRA driver.
+        // A DRA claim's device, `gpu-<minor>` (here the minor number is the index),
+        // with dcgm-exporter's dra_* labels between container and namespace.
         (
             5,
-            ",app_kubernetes_io_instance=\"dra-demo\"".to_string()
-                + &attrs("app", "default", "dra-0"),
+            ",app_kubernetes_io_instance=\"dra-demo\",container=\"app\",dra_claim_name=\"gpu-claim\",\
+             dra_claim_namespace=\"default\",dra_device_name=\"gpu-5\",dra_driver_name=\"gpu.nvidia.com\",\
+             dra_pool_name=\"node-a\",namespace=\"default\",pod=\"dra-0\""
+                .to_string(),
         ),
     ];
     for (gpu, tail) in &expected {

@@ -131,6 +131,12 @@ fn the_exporter_answers_healthz_through_a_connection_flood() {
         ],
         &[],
     );
+    // Healthy before the flood, so a 200 below can only come from the health reserve.
+    wait_for("/health 200", PATIENCE, || {
+        try_get(&e.url("/health"), &[])
+            .ok()
+            .filter(|(status, _)| *status == 200)
+    });
     let addr = address(&e.base).to_string();
     // Five times what the cap holds, all idle.
     let flood: Vec<TcpStream> = (0..40)
@@ -144,6 +150,9 @@ fn the_exporter_answers_healthz_through_a_connection_flood() {
         assert!(matches!(&probe, Ok((200, _))), "/healthz: {probe:?}");
         let probe = try_get(&e.url("/readyz"), &[]);
         assert!(matches!(&probe, Ok((200 | 503, _))), "/readyz: {probe:?}");
+        // dcgm-exporter's probe path has the same reserve.
+        let probe = try_get(&e.url("/health"), &[]);
+        assert!(matches!(&probe, Ok((200, _))), "/health: {probe:?}");
     }
     // /metrics is not served while the cap is reached.
     let metrics = try_get(&e.url("/metrics"), &[]);

@@ -5,13 +5,18 @@
 
 mod adapter;
 mod adapter_auth;
+mod adapter_composite;
 mod adapter_discovery;
 mod adapter_prometheus;
 mod attribution;
 mod cluster;
+mod cluster_composite;
 mod dashboards;
+mod dcgm_dropin;
 mod demo;
 mod deploy;
+mod deploy_llm_serving;
+mod dra;
 mod faults;
 mod faults_adapter;
 mod features;

@@ -26,10 +26,12 @@ fn resource_of(ty: &str) -> (&'static str, &'static str) {
     use k8s_openapi::api::authorization::v1::SubjectAccessReview;
     use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::resource::v1::ResourceSlice;
     match ty {
         "Pod" => (Pod::GROUP, Pod::URL_PATH_SEGMENT),
         "ConfigMap" => (ConfigMap::GROUP, ConfigMap::URL_PATH_SEGMENT),
         "EndpointSlice" => (EndpointSlice::GROUP, EndpointSlice::URL_PATH_SEGMENT),
+        "ResourceSlice" => (ResourceSlice::GROUP, ResourceSlice::URL_PATH_SEGMENT),
         "TokenReview" => (TokenReview::GROUP, TokenReview::URL_PATH_SEGMENT),
         "SubjectAccessReview" => (
             SubjectAccessReview::GROUP,

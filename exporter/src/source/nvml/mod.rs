@@ -16,7 +16,9 @@
 mod events;
 mod raw;
 
-use super::{EntityInfo, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent};
+use super::{
+    EntityInfo, GiPlacement, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent,
+};
 use crate::catalog::{LabelField, Quantity};
 use events::XidWatcher;
 use nvml_wrapper::Nvml;
@@ -485,6 +487,34 @@ impl NvmlSource {
         found
     }
 
+    /// Each GPU instance's profile ID and placement, by GPU-instance ID. Without them
+    /// (no MIG monitoring capability, an old driver) DRA MIG device names resolve only
+    /// by profile name; said once per discovery.
+    fn gi_placements(
+        nvml: &Nvml,
+        parent: Handle,
+        index: u32,
+        instances: &[MigInstance],
+    ) -> HashMap<u32, GiPlacement> {
+        let mut found = HashMap::new();
+        let mut failure = None;
+        for i in instances {
+            if found.contains_key(&i.gpu_instance) {
+                continue;
+            }
+            match raw::gpu_instance_placement(nvml, parent.raw(), i.gpu_instance) {
+                Ok(p) => {
+                    found.insert(i.gpu_instance, p);
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            tracing::info!(gpu = index, error = %e, "MIG GPU-instance placements not readable; DRA MIG devices are matched by profile name only");
+        }
+        found
+    }
+
     /// The MIG instances of a MIG-capable GPU now: empty when MIG is off.
     fn mig_layout_now(nvml: &Nvml, dev: &Device<'_>, index: u32) -> Vec<MigInstance> {
         let on = dev
@@ -582,6 +612,7 @@ impl GpuSource for NvmlSource {
                     EntityInfo {
                         gpu_index: index,
                         uuid: String::new(),
+                        minor_number: None,
                         pci_bus_id: String::new(),
                         model_name: String::new(),
                         mig: None,
@@ -631,6 +662,8 @@ impl GpuSource for NvmlSource {
             } else {
                 Vec::new()
             };
+            let minor_number = dev.minor_number().ok();
+            let placements = Self::gi_placements(nvml, handle, index, &instances);
             if mig_mode.is_ok() {
                 self.mig_layouts.push(MigLayout {
                     index,
@@ -668,6 +701,7 @@ impl GpuSource for NvmlSource {
                         uuid: uuid.clone(),
                         pci_bus_id: pci_bus_id.clone(),
                         model_name: model_name.clone(),
+                        minor_number,
                         mig: Some(MigInfo {
                             parent: gpu_entity,
                             gpu_instance_id: gi,
@@ -675,6 +709,7 @@ impl GpuSource for NvmlSource {
                             slot: j,
                             profile,
                             mig_uuid: mig.uuid().unwrap_or_default(),
+                            placement: placements.get(&gi).copied(),
                         }),
                         labels: values.clone(),
                         lost: false,
@@ -695,6 +730,7 @@ impl GpuSource for NvmlSource {
                 EntityInfo {
                     gpu_index: index,
                     uuid,
+                    minor_number,
                     pci_bus_id,
                     model_name,
                     mig: None,

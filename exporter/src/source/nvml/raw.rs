@@ -2,15 +2,15 @@
 //! Each symbol is looked up at call time; a driver without it answers NOT_SUPPORTED.
 
 use super::map_err;
-use crate::source::{Raw, ReadError};
+use crate::source::{GiPlacement, Raw, ReadError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::nvml_try;
 use nvml_wrapper::gpm::GpmSample;
 use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlGpmSample_t,
-    nvmlGridLicensableFeatures_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t,
-    nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE, nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
-    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
+    nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGridLicensableFeatures_t, nvmlProcessInfo_t,
+    nvmlProcessUtilizationSample_t, nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+    nvmlReturn_enum_NVML_ERROR_NOT_FOUND, nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
 };
 use std::os::raw::c_uint;
 
@@ -33,6 +33,31 @@ pub fn instance_ids(nvml: &Nvml, device: nvmlDevice_t) -> Result<(u32, u32), Rea
     // SAFETY: as above, for `ci`.
     nvml_try(unsafe { ci_sym(device, &mut ci) }).map_err(map_err)?;
     Ok((gi, ci))
+}
+
+/// The profile ID and placement of GPU instance `gpu_instance` of `parent`
+/// (`nvmlDeviceGetGpuInstanceById`, then `nvmlGpuInstanceGetInfo`).
+pub fn gpu_instance_placement(
+    nvml: &Nvml,
+    parent: nvmlDevice_t,
+    gpu_instance: u32,
+) -> Result<GiPlacement, ReadError> {
+    let lib = nvml.lib();
+    let by_id = lib.nvmlDeviceGetGpuInstanceById.as_ref().map_err(missing)?;
+    let get_info = lib.nvmlGpuInstanceGetInfo.as_ref().map_err(missing)?;
+    let mut handle: nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: `parent` is a live handle of this NVML instance; `handle` is a valid
+    // out-pointer.
+    nvml_try(unsafe { by_id(parent, gpu_instance, &mut handle) }).map_err(map_err)?;
+    // SAFETY: nvmlGpuInstanceInfo_t is plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `handle` was just returned by NVML; `info` is a valid out-pointer.
+    nvml_try(unsafe { get_info(handle, &mut info) }).map_err(map_err)?;
+    Ok(GiPlacement {
+        profile_id: info.profileId,
+        start: info.placement.start,
+        size: info.placement.size,
+    })
 }
 
 /// `nvmlShutdown` then `nvmlInit_v2` on the loaded library.
