@@ -187,27 +187,6 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub http2_max_streams_per_connection: u32,
 
-    /// Set time window size in milliseconds (ms) for counting active XID errors.
-    #[arg(
-        short = 'x',
-        long,
-        env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
-        hide_env_values = true,
-        value_name = "MS",
-        default_value_t = 300_000
-    )]
-    pub xid_count_window_size: u64,
-
-    /// Set time window size in milliseconds (ms) for counting clock events.
-    #[arg(
-        long,
-        env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
-        hide_env_values = true,
-        value_name = "MS",
-        default_value_t = 300_000
-    )]
-    pub clock_events_count_window_size: u64,
-
     /// Log format.
     #[arg(long, env = "DCGM_EXPORTER_LOG_FORMAT", hide_env_values = true, value_enum,
           default_value_t = LogFormat::Text)]
