@@ -60,7 +60,8 @@ pub struct Cli {
     pub collect_interval: u64,
 
     /// Serve simulated GPUs instead of NVML: a scenario file (TOML or JSON) or builtin:NAME
-    /// (demo, default, big-node). Without a value: builtin:demo, eight H100s running pods.
+    /// (demo, default, big-node, gb200-nvl72). Without a value: builtin:demo, eight H100s
+    /// running pods.
     #[cfg(feature = "demo")]
     #[arg(
         long,

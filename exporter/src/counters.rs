@@ -472,13 +472,13 @@ mod tests {
     #[test]
     fn known_fields_without_a_source_are_skipped_with_a_warning() {
         let (p, w) = plan(
-            "DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_FAN_SPEED, gauge, fan\nDCGM_EXP_P2P_STATUS, counter, p2p\n",
+            "DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_NVSWITCH_VOLTAGE_MVOLT, gauge, volts\nDCGM_EXP_P2P_STATUS, counter, p2p\n",
             "t",
         )
         .unwrap();
         assert_eq!(p.metrics.len(), 1);
         assert_eq!(w.len(), 2);
-        assert!(w[0].message.contains("DCGM_FI_DEV_FAN_SPEED") && w[0].line == 2);
+        assert!(w[0].message.contains("DCGM_FI_DEV_NVSWITCH_VOLTAGE_MVOLT") && w[0].line == 2);
         assert!(w[1].message.contains("DCGM_EXP_P2P_STATUS"));
     }
 

@@ -21,7 +21,7 @@ use crate::health::{self, CounterHistory, Window};
 use crate::snapshot::{
     EntitySnapshot, ExporterValues, Snapshot, SnapshotStore, Value, XidStat, push_label,
 };
-use crate::snapshot::{PodRef, PodShare, ProcessSnapshot};
+use crate::snapshot::{LinkSnapshot, PodRef, PodShare, ProcessSnapshot};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -140,6 +140,41 @@ fn entity_labels(inv: &Inventory, plan: &ExportPlan, opts: &SamplerOptions) -> V
         .collect()
 }
 
+/// The label set of one NVLink, as dcgm-exporter labels its NVLink entities: `nvlink,
+/// gpu, gpu_uuid, pci_bus_id, device, model_name, hostname`, then the label fields
+/// (byte-sorted). No pod labels: a link belongs to the node, not to a workload.
+pub fn link_label_string(
+    e: &EntityInfo,
+    link: u32,
+    plan: &ExportPlan,
+    opts: &SamplerOptions,
+) -> Arc<str> {
+    let mut s = String::with_capacity(256);
+    push_label(&mut s, "nvlink", itoa::Buffer::new().format(link));
+    push_label(&mut s, "gpu", itoa::Buffer::new().format(e.gpu_index));
+    push_label(&mut s, "gpu_uuid", &e.uuid);
+    push_label(&mut s, "pci_bus_id", &e.pci_bus_id);
+    push_label(&mut s, "device", &format!("nvidia{}", e.gpu_index));
+    // dcgm-exporter never replaces blanks in an NVLink's model name.
+    push_label(&mut s, "model_name", &e.model_name);
+    if let Some((name, value)) = &opts.hostname {
+        push_label(&mut s, name, value);
+    }
+    for (name, field) in &plan.labels {
+        if let Some(v) = e.labels.get(field) {
+            push_label(&mut s, name, v);
+        }
+    }
+    Arc::from(s)
+}
+
+/// One NVLink of a GPU, found at discovery.
+struct LinkSlot {
+    /// The GPU's entity index.
+    entity: usize,
+    labels: Arc<str>,
+}
+
 /// Which metrics are split per pod on a shared device, and how.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Split {
@@ -177,6 +212,15 @@ struct Devices {
     processes_read: Vec<bool>,
     /// Per entity: the windows of dcgm-exporter's own collectors (physical GPUs only).
     windows: Vec<GpuWindows>,
+    /// NVLinks of the GPUs, GPU by GPU, when link-scoped fields are planned.
+    links: Vec<LinkSlot>,
+    /// This cycle's readings per link.
+    link_readings: Vec<Vec<(Quantity, Raw)>>,
+    /// `link_unsupported[e][q]`: link quantity q answered NOT_SUPPORTED on every link
+    /// of entity e.
+    link_unsupported: Vec<[bool; Quantity::COUNT]>,
+    /// Previous raw reading of link rate fields: (link, metric) → (value, when).
+    link_previous: HashMap<(usize, usize), (f64, Instant)>,
 }
 
 /// The trailing windows of one GPU.
@@ -391,6 +435,7 @@ impl Sampler {
         );
         self.discoveries += 1;
         let labels = entity_labels(&inventory, &self.plan, &self.opts);
+        let links = self.discover_links(&inventory);
         self.devices = Some(Devices {
             generation: self.discoveries,
             base_labels: labels.clone(),
@@ -414,8 +459,32 @@ impl Sampler {
                     counters: CounterHistory::default(),
                 })
                 .collect(),
+            link_readings: links.iter().map(|_| Vec::new()).collect(),
+            links,
+            link_unsupported: vec![[false; Quantity::COUNT]; n],
+            link_previous: HashMap::new(),
         });
         Ok(())
+    }
+
+    /// The NVLinks of every GPU that answers, when the plan has link-scoped fields.
+    fn discover_links(&mut self, inventory: &Inventory) -> Vec<LinkSlot> {
+        if !self.quantities.iter().any(|(_, s, _)| *s == Scope::Link) {
+            return Vec::new();
+        }
+        let mut links = Vec::new();
+        for (e, info) in inventory.entities.iter().enumerate() {
+            if info.mig.is_some() || info.lost {
+                continue;
+            }
+            for link in 0..self.source.nvlinks(e) {
+                links.push(LinkSlot {
+                    entity: e,
+                    labels: link_label_string(info, link, &self.plan, &self.opts),
+                });
+            }
+        }
+        links
     }
 
     /// Forget the devices; probe every cycle, and retry a full discovery after a growing
@@ -515,7 +584,9 @@ impl Sampler {
                 self.quantities
                     .iter()
                     .filter(|(q, scope, _)| {
-                        (is_gpu || *scope == Scope::Instance) && !d.unsupported[e][*q as usize]
+                        *scope != Scope::Link
+                            && (is_gpu || *scope == Scope::Instance)
+                            && !d.unsupported[e][*q as usize]
                     })
                     .map(|(q, _, _)| *q),
             );
@@ -561,6 +632,85 @@ impl Sampler {
                     .zip(self.scratch.iter())
                     .filter_map(|(q, r)| r.as_ref().ok().map(|r| (*q, *r))),
             );
+        }
+        // NVLinks, one batch per GPU.
+        for r in &mut d.link_readings {
+            r.clear();
+        }
+        let mut first = 0;
+        while first < d.links.len() {
+            let e = d.links[first].entity;
+            let count = d.links[first..]
+                .iter()
+                .take_while(|l| l.entity == e)
+                .count();
+            let slots = first..first + count;
+            first += count;
+            if d.lost[e] {
+                continue;
+            }
+            wanted.clear();
+            wanted.extend(
+                self.quantities
+                    .iter()
+                    .filter(|(q, scope, _)| {
+                        *scope == Scope::Link && !d.link_unsupported[e][*q as usize]
+                    })
+                    .map(|(q, _, _)| *q),
+            );
+            if wanted.is_empty() {
+                continue;
+            }
+            self.source
+                .read_links(e, count as u32, &wanted, &mut self.scratch);
+            for (qi, q) in wanted.iter().enumerate() {
+                let results = || {
+                    self.scratch
+                        .iter()
+                        .skip(qi)
+                        .step_by(wanted.len())
+                        .take(count)
+                };
+                if results().all(|r| matches!(r, Err(ReadError::NotSupported))) {
+                    d.link_unsupported[e][*q as usize] = true;
+                    tracing::debug!(entity = e, quantity = ?q, "not supported on any NVLink; not asked again");
+                    continue;
+                }
+                for (slot, r) in slots.clone().zip(results()) {
+                    match r {
+                        Ok(raw) => {
+                            succeeded += 1;
+                            d.link_readings[slot].push((*q, *raw));
+                        }
+                        Err(ReadError::NoValueYet | ReadError::NotSupported) => {}
+                        Err(ReadError::GpuLost) => {
+                            if !d.lost[e] {
+                                tracing::error!(
+                                    gpu = d.inventory.entities[e].gpu_index,
+                                    "GPU is lost (fallen off the bus)"
+                                );
+                            }
+                            d.lost[e] = true;
+                        }
+                        Err(ReadError::Unavailable(why)) => {
+                            return Err(ReadError::Unavailable(why.clone()));
+                        }
+                        Err(ReadError::Failed(why)) => {
+                            failed.get_or_insert_with(|| why.clone());
+                            if let Some((_, _, metrics)) =
+                                self.quantities.iter().find(|(x, _, _)| x == q)
+                            {
+                                for &m in metrics {
+                                    if self.field_errors[m] == 0 {
+                                        tracing::warn!(field = self.plan.metrics[m].name, error = %why, "field read failed");
+                                    }
+                                    self.field_errors[m] += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
         if succeeded == 0
             && let Some(why) = failed
@@ -748,6 +898,34 @@ impl Sampler {
                 shares,
                 exporter,
             });
+        }
+        // NVLinks of the GPUs that are up.
+        for (l, slot) in d.links.iter().enumerate() {
+            if d.lost[slot.entity] {
+                continue;
+            }
+            snap.links.push(LinkSnapshot {
+                labels: slot.labels.clone(),
+            });
+            snap.link_values
+                .extend(self.plan.metrics.iter().enumerate().map(|(i, m)| {
+                    let MetricKind::Value {
+                        quantity,
+                        convert,
+                        scope: Scope::Link,
+                    } = m.kind
+                    else {
+                        return None;
+                    };
+                    let &(_, raw) = d.link_readings[l].iter().find(|(q, _)| *q == quantity)?;
+                    let previous = match convert {
+                        Convert::RatePerSec(_) => {
+                            d.link_previous.insert((l, i), (raw.as_f64(), now))
+                        }
+                        _ => None,
+                    };
+                    convert_value(raw, convert, previous, now)
+                }));
         }
         snap.allocations = d.allocation_labels.clone();
         snap.xid_window_ms = self.exporter.xid_window.as_millis() as u64;
@@ -1796,5 +1974,192 @@ mod exporter_collector_tests {
         assert!(second.contains(&format!(
             "DCGM_EXP_GPU_HEALTH_STATUS{{{gpu},health_error_code=\"DCGM_FR_PENDING_ROW_REMAP\",health_watch=\"MEM\"}} 10\n"
         )));
+    }
+}
+
+/// NVLink, thermal-limit and fabric series of the GB200 NVL72 scenario, checked against
+/// what gpu-sim says the same instant reports.
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+    use crate::encode::{Format, render_device_families};
+    use crate::source::simulated::SimulatedSource;
+
+    /// Scenario time inside the fault window: GPU 2's link 5 is down, GPU 3's fabric
+    /// route unhealthy.
+    const T: f64 = 100.0;
+
+    fn node() -> gpu_sim::SimNode {
+        let s = gpu_sim::Scenario::builtin("gb200-nvl72").expect("scenario");
+        let mut node = gpu_sim::SimNode::new(&s, SystemTime::now());
+        node.freeze_at(T);
+        node
+    }
+
+    /// The text body of a third cycle (rates have a previous reading by then).
+    fn render(csv: &str) -> String {
+        let (plan, _) = crate::counters::plan(csv, "test.csv").expect("plan");
+        let mut s = Sampler::new(
+            Box::new(SimulatedSource::new(node(), "gb200")),
+            Arc::new(plan),
+            SamplerOptions {
+                interval: Duration::from_secs(1),
+                hostname: Some(("hostname".into(), "tray-1".into())),
+                replace_blanks_in_model_name: true,
+                process_metrics: false,
+            },
+            "".into(),
+        );
+        s.cycle();
+        std::thread::sleep(Duration::from_millis(5));
+        let snap = s.cycle();
+        let mut out = Vec::new();
+        render_device_families(&snap, Format::Text, &mut out);
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    /// The value of the one series of `name` whose labels start with `labels`.
+    fn value(body: &str, name: &str, labels: &str) -> Option<String> {
+        let prefix = format!("{name}{{{labels}");
+        let mut found = body.lines().filter(|l| l.starts_with(&prefix));
+        let line = found.next()?;
+        assert!(found.next().is_none(), "{prefix} matches twice");
+        line.rsplit(' ').next().map(str::to_string)
+    }
+
+    #[test]
+    fn every_link_has_its_state_errors_and_rates_with_dcgms_nvlink_labels() {
+        let body = render(
+            "DCGM_FI_DEV_NVLINK_GET_STATE, gauge, s\n\
+             DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL, counter, r\n\
+             DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL, counter, v\n\
+             DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK, gauge, b\n\
+             DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+             DCGM_FI_DRIVER_VERSION, label, d\n",
+        );
+        let m = node();
+        let g = &m.gpus[2];
+        // dcgm-exporter's NVLink label set, in its order, then the label fields; the
+        // model name keeps its blanks (dcgm never replaces them on NVLink series).
+        let expected = format!(
+            "DCGM_FI_DEV_NVLINK_GET_STATE{{nvlink=\"5\",gpu=\"2\",gpu_uuid=\"{}\",pci_bus_id=\"{}\",device=\"nvidia2\",model_name=\"NVIDIA GB200\",hostname=\"tray-1\",DCGM_FI_DRIVER_VERSION=\"580.82.07\"}} 0",
+            g.uuid, g.pci_bus_id
+        );
+        assert!(body.lines().any(|l| l == expected), "{expected}\n{body}");
+        let count = |name: &str| {
+            body.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .count()
+        };
+        assert_eq!(count("DCGM_FI_DEV_NVLINK_GET_STATE"), 4 * 18);
+        assert_eq!(
+            count("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL"),
+            4 * 18
+        );
+        assert_eq!(count("DCGM_FI_DEV_GPU_TEMP"), 4);
+        for gpu in 0..4u32 {
+            for link in 0..18 {
+                let labels = format!("nvlink=\"{link}\",gpu=\"{gpu}\",");
+                let state = value(&body, "DCGM_FI_DEV_NVLINK_GET_STATE", &labels);
+                let active = m.nvlink_active(gpu, link, T);
+                assert_eq!(state.as_deref(), Some(if active { "1" } else { "0" }));
+                let errors = m.nvlink_link_errors(gpu, link, T);
+                let replay = value(
+                    &body,
+                    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL",
+                    &labels,
+                );
+                assert_eq!(replay, Some(errors[2].to_string()));
+                let recovery = value(
+                    &body,
+                    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL",
+                    &labels,
+                );
+                assert_eq!(recovery, Some(errors[3].to_string()));
+                // Frozen scenario time: the counters stand still, so every rate is 0.
+                let rate = value(&body, "DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK", &labels);
+                assert_eq!(rate.as_deref(), Some("0"), "gpu {gpu} link {link}");
+            }
+        }
+        assert_eq!(
+            value(
+                &body,
+                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL",
+                "nvlink=\"5\",gpu=\"2\","
+            ),
+            Some("12".into()),
+            "the scenario's errors on the downed link"
+        );
+        // GPU series keep their own label set (and blanks replaced, as asked).
+        assert!(
+            body.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\""),
+            "{body}"
+        );
+        assert!(body.contains("modelName=\"NVIDIA-GB200\""));
+    }
+
+    #[test]
+    fn thermal_limits_pstate_and_fabric_health_per_gpu_and_no_fan_on_an_nvl72_gpu() {
+        let body = render(
+            "DCGM_FI_DEV_SLOWDOWN_TEMP, gauge, a\n\
+             DCGM_FI_DEV_SHUTDOWN_TEMP, gauge, b\n\
+             DCGM_FI_DEV_GPU_MAX_OP_TEMP, gauge, c\n\
+             DCGM_FI_DEV_MEM_MAX_OP_TEMP, gauge, d\n\
+             DCGM_FI_DEV_PSTATE, gauge, e\n\
+             DCGM_FI_DEV_FAN_SPEED, gauge, f\n\
+             DCGM_FI_DEV_FABRIC_MANAGER_STATUS, gauge, g\n\
+             DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE, gauge, k\n\
+             DCGM_FI_DEV_FABRIC_CLIQUE_ID, gauge, h\n\
+             DCGM_FI_DEV_FABRIC_HEALTH_MASK, gauge, i\n\
+             DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY, gauge, j\n",
+        );
+        let m = node();
+        let b = &m.gpus[0].model.board;
+        for gpu in 0..4u32 {
+            let labels = format!("gpu=\"{gpu}\",");
+            let v = |name: &str| value(&body, name, &labels);
+            assert_eq!(
+                v("DCGM_FI_DEV_SLOWDOWN_TEMP"),
+                Some(b.slowdown_temp_c.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_SHUTDOWN_TEMP"),
+                Some(b.shutdown_temp_c.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_GPU_MAX_OP_TEMP"),
+                Some(b.gpu_max_operating_temp_c.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_MEM_MAX_OP_TEMP"),
+                Some(b.memory_max_operating_temp_c.to_string())
+            );
+            assert_eq!(v("DCGM_FI_DEV_PSTATE").as_deref(), Some("0"));
+            let f = m.fabric(gpu, T);
+            assert_eq!(v("DCGM_FI_DEV_FABRIC_MANAGER_STATUS").as_deref(), Some("3"));
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE").as_deref(),
+                Some("0")
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_CLIQUE_ID"),
+                Some(f.clique_id.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_HEALTH_MASK"),
+                Some(f.health_mask.to_string())
+            );
+            assert_eq!(
+                v("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY"),
+                Some(f.health_summary.to_string())
+            );
+        }
+        assert_eq!(
+            value(&body, "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", "gpu=\"3\","),
+            Some("2".into()),
+            "the scenario's unhealthy route"
+        );
+        // No fans: the family is absent, not a series of zeros.
+        assert!(!body.contains("DCGM_FI_DEV_FAN_SPEED"), "{body}");
     }
 }

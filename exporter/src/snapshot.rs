@@ -130,6 +130,13 @@ pub struct PodShare {
     pub values: Vec<(usize, Value)>,
 }
 
+/// One NVLink of a GPU in a snapshot.
+#[derive(Debug, Clone)]
+pub struct LinkSnapshot {
+    /// dcgm-exporter's NVLink-entity label set: `nvlink="3",gpu="0",gpu_uuid="…",…`.
+    pub labels: Arc<str>,
+}
+
 /// Everything a scrape renders.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -148,6 +155,10 @@ pub struct Snapshot {
     pub entities: Vec<EntitySnapshot>,
     /// Entity-major values: `values[entity * plan.metrics.len() + metric]`.
     pub values: Vec<Option<Value>>,
+    /// NVLinks of the GPUs that are up, when link-scoped fields are planned.
+    pub links: Vec<LinkSnapshot>,
+    /// Link-major values: `link_values[link * plan.metrics.len() + metric]`.
+    pub link_values: Vec<Option<Value>>,
     /// Cumulative read errors per metric (name, count), only those with errors.
     pub field_errors: Vec<(&'static str, u64)>,
     pub samples_total: u64,
@@ -183,6 +194,8 @@ impl Snapshot {
             source_hung: false,
             entities: Vec::new(),
             values: Vec::new(),
+            links: Vec::new(),
+            link_values: Vec::new(),
             field_errors: Vec::new(),
             samples_total: 0,
             sample_failures_total: 0,
@@ -215,6 +228,14 @@ impl Snapshot {
     pub fn value(&self, e: usize, m: usize) -> Option<Value> {
         self.values
             .get(e * self.plan.metrics.len() + m)
+            .copied()
+            .flatten()
+    }
+
+    /// The value of metric `m` on link `l` (an index into `links`).
+    pub fn link_value(&self, l: usize, m: usize) -> Option<Value> {
+        self.link_values
+            .get(l * self.plan.metrics.len() + m)
             .copied()
             .flatten()
     }

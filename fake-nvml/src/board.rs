@@ -715,23 +715,6 @@ pub unsafe extern "C" fn nvmlDeviceGetMultiGpuBoard(
     })
 }
 
-/// SXM boards have no fans (their fan getters are `NOT_SUPPORTED`).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetNumFans(
-    device: nvmlDevice_t,
-    numFans: *mut c_uint,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetNumFans");
-    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
-    let out = unsafe { Out::new(numFans) };
-    device_call(device, |d| {
-        out.set({
-            board(d)?;
-            0
-        })
-    })
-}
-
 /// The model's CUDA cores.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(

@@ -97,9 +97,12 @@ fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlRetu
                 r.nvlink_rx_kib
             };
             let links = d.gpu.model.nvlink_links;
+            // The traffic runs over the links that are up, evenly.
+            let up = u64::from(d.node().nvlinks_active(d.index, d.t).max(1));
             match scope {
                 ALL_LINKS => U64(total),
-                l if l < links => U64(total / u64::from(links)),
+                l if l < links && d.node().nvlink_active(d.index, l, d.t) => U64(total / up),
+                l if l < links => U64(0),
                 _ => return Err(INVALID_ARGUMENT),
             }
         }
@@ -118,8 +121,11 @@ fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlRetu
         NVML_FI_DEV_NVLINK_LINK_COUNT => nvlink(d).map(|_| U32(d.gpu.model.nvlink_links))?,
         NVML_FI_DEV_NVLINK_GET_STATE => {
             nvlink(d)?;
+            // NVML_NVLINK_STATE_ACTIVE (1) or _INACTIVE (0).
             match scope {
-                l if l < d.gpu.model.nvlink_links => U32(1),
+                l if l < d.gpu.model.nvlink_links => {
+                    U32(d.node().nvlink_active(d.index, l, d.t).into())
+                }
                 _ => return Err(INVALID_ARGUMENT),
             }
         }

@@ -33,9 +33,10 @@
 //!   with its unique profile ID and placement), XID events and GPM metrics.
 //! - Fixed board facts (`gpu_sim::models::BoardFacts`): persistence mode on, compute
 //!   mode default, display off, GSP firmware on (its version is the driver's),
-//!   confidential computing off, accounting off, no encoder/FBC sessions, no fans
-//!   (`GetNumFans` is 0; every fan getter is `NOT_SUPPORTED`), no S-class units, no
-//!   excluded GPUs, no virtualisation.
+//!   confidential computing off, accounting off, no encoder/FBC sessions, fans only on
+//!   actively cooled boards (`fans.rs`; SXM and data-centre PCIe boards report 0 and
+//!   answer every fan getter `NOT_SUPPORTED`), no S-class units, no excluded GPUs, no
+//!   virtualisation.
 //! - `NOT_SUPPORTED`: vGPU queries on a device (no vGPU host driver), Windows-only,
 //!   Blackwell-only and deprecated queries (`unsupported.rs`, `vgpu.rs`); also, where a
 //!   real H100 answers but the model has no data, CPU/memory affinity, IRQ, SRAM ECC,
@@ -113,6 +114,7 @@ mod clocks;
 mod cue;
 mod device;
 mod events;
+mod fans;
 mod ffi;
 mod fields;
 mod gpm;

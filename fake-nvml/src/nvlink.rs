@@ -1,6 +1,8 @@
-//! NVLink: per-link state, version, capabilities, remote end and error counters. The
-//! links of an HGX board end at its NVSwitches (the model's `nvswitches`), spread
-//! evenly over them.
+//! NVLink: per-link state, version, capabilities, remote end and error counters, and
+//! the GPU's fabric registration. The links of an HGX board end at its NVSwitches (the
+//! model's `nvswitches`), spread evenly over them. Link state, per-link errors and the
+//! fabric follow the scenario's `nvlink_down`, `nvlink_errors` and `fabric` faults
+//! (`gpu_sim::fabric`).
 
 use crate::ffi::{
     ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Out, Ret, put_array_str,
@@ -61,29 +63,22 @@ fn remote_pci(d: &Dev, link: c_uint) -> Result<nvmlPciInfo_t, Ret> {
     Ok(p)
 }
 
-/// One link's share of an all-link total: the first `total % links` links take one more.
-fn link_share(total: u64, links: u32, link: u32) -> u64 {
-    let links = u64::from(links.max(1));
-    total / links + u64::from(u64::from(link) < total % links)
-}
-
 fn error_counter(
     d: &Dev,
     link: c_uint,
     counter: nvmlNvLinkErrorCounter_t,
 ) -> Result<c_ulonglong, Ret> {
     link_of(d, link)?;
-    let r = d.node().gpu_reading(d.index, d.t);
-    // `nvlink_errors` is [CRC flit, CRC data, replay, recovery].
-    let total = match counter {
-        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_REPLAY => r.nvlink_errors[2],
-        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_RECOVERY => r.nvlink_errors[3],
-        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_CRC_FLIT => r.nvlink_errors[0],
-        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_CRC_DATA => r.nvlink_errors[1],
+    // [CRC flit, CRC data, replay, recovery] of this link.
+    let e = d.node().nvlink_link_errors(d.index, link, d.t);
+    Ok(match counter {
+        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_REPLAY => e[2],
+        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_RECOVERY => e[3],
+        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_CRC_FLIT => e[0],
+        nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_CRC_DATA => e[1],
         nvmlNvLinkErrorCounter_enum_NVML_NVLINK_ERROR_DL_ECC_DATA => 0,
         _ => return Err(INVALID_ARGUMENT),
-    };
-    Ok(link_share(total, d.gpu.model.nvlink_links, link))
+    })
 }
 
 /// Peer-to-peer access and atomics over the link; no system-memory access or SLI on
@@ -106,8 +101,8 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkCapability(
     })
 }
 
-/// The model's all-link error totals, spread over the links (the first links take
-/// the remainder); ECC data errors are 0.
+/// The scenario's per-link error counts (they sum to the all-link fields); ECC data
+/// errors are 0.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetNvLinkErrorCounter(
     device: nvmlDevice_t,
@@ -165,7 +160,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
     device_call(device, |d| out.set(remote_pci(d, link)?))
 }
 
-/// Every link of the board is up.
+/// Up unless the scenario takes the link down.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
     device: nvmlDevice_t,
@@ -178,7 +173,11 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
     device_call(device, |d| {
         out.set({
             link_of(d, link)?;
-            nvmlEnableState_enum_NVML_FEATURE_ENABLED
+            if d.node().nvlink_active(d.index, link, d.t) {
+                nvmlEnableState_enum_NVML_FEATURE_ENABLED
+            } else {
+                nvmlEnableState_enum_NVML_FEATURE_DISABLED
+            }
         })
     })
 }
@@ -196,20 +195,16 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkVersion(
     device_call(device, |d| out.set(link_of(d, link)?.nvlink_version))
 }
 
-/// The NVLink fabric of a Hopper HGX board (NVSwitches managed by the fabric manager):
-/// registration completed, healthy. Other boards are `NOT_SUPPORTED`.
-fn fabric(d: &Dev) -> Result<nvmlGpuFabricInfo_t, Ret> {
+/// The NVLink fabric registration of a Hopper or newer board with NVLink (HGX
+/// NVSwitches or an NVL72 rack, both managed by the fabric manager), as the scenario
+/// has it; other boards are `NOT_SUPPORTED`.
+fn fabric(d: &Dev) -> Result<gpu_sim::FabricReading, Ret> {
     d.whole_gpu()?;
     d.require(Capability::Nvlink)?;
     if d.gpu.model.nvlink_links == 0 || d.gpu.model.architecture < HOPPER {
         return Err(NOT_SUPPORTED);
     }
-    Ok(nvmlGpuFabricInfo_t {
-        clusterUuid: [0; 16],
-        status: nvmlReturn_enum_NVML_SUCCESS,
-        cliqueId: 0,
-        state: NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t,
-    })
+    Ok(d.node().fabric(d.index, d.t))
 }
 
 /// `nvmlDeviceArchitecture_t` of Hopper.
@@ -226,12 +221,19 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
     device_call(device, |d| {
         let f = fabric(d)?;
         // SAFETY: a plain C struct, for which all-zero bytes are valid.
-        unsafe { out.set_zeroed(|v| *v = f) }
+        unsafe {
+            out.set_zeroed(|v| {
+                v.clusterUuid = f.cluster_uuid;
+                v.status = f.status;
+                v.cliqueId = f.clique_id;
+                v.state = f.state.nvml();
+            })
+        }
     })
 }
 
-/// Versions 2 and 3 of the struct (v2 is v3 without `healthSummary`); the health mask
-/// reports no degraded bandwidth or route recovery support, the summary 0.
+/// Versions 2 and 3 of the struct (v2 is v3 without `healthSummary`), with the
+/// scenario's health mask and the summary it implies.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
     device: nvmlDevice_t,
@@ -253,33 +255,18 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
         unsafe {
             Out::new(gpuFabricInfo.cast::<nvmlGpuFabricInfo_v2_t>()).set_zeroed(|v| {
                 v.version = version;
-                v.clusterUuid = f.clusterUuid;
+                v.clusterUuid = f.cluster_uuid;
                 v.status = f.status;
-                v.cliqueId = f.cliqueId;
-                v.state = f.state;
+                v.cliqueId = f.clique_id;
+                v.state = f.state.nvml();
+                v.healthMask = f.health_mask;
             })
         }?;
         if v3 {
             // SAFETY: the version word says the caller's struct is a v3.
             let full = unsafe { crate::ffi::InOut::new(gpuFabricInfo) }.get()?;
-            full.healthSummary = 0;
+            full.healthSummary = f.health_summary as u8;
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::link_share;
-
-    #[test]
-    fn link_shares_add_up_to_the_total() {
-        for total in [0, 1, 17, 18, 19, 1_000_003] {
-            let sum: u64 = (0..18).map(|l| link_share(total, 18, l)).sum();
-            assert_eq!(sum, total);
-            let max = (0..18).map(|l| link_share(total, 18, l)).max().unwrap();
-            let min = (0..18).map(|l| link_share(total, 18, l)).min().unwrap();
-            assert!(max - min <= 1, "uneven split of {total}");
-        }
-    }
 }

@@ -10,6 +10,7 @@ use crate::board::*;
 use crate::clocks::*;
 use crate::device::*;
 use crate::events::*;
+use crate::fans::*;
 use crate::fields::*;
 use crate::gpm::*;
 use crate::instances::*;

@@ -280,48 +280,6 @@ pub unsafe extern "C" fn nvmlDeviceGetDriverModel_v2(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetFanControlPolicy_v2(
-    device: nvmlDevice_t,
-    _fan: c_uint,
-    _policy: *mut nvmlFanControlPolicy_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetFanControlPolicy_v2");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetFanSpeed(
-    device: nvmlDevice_t,
-    _speed: *mut c_uint,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetFanSpeed");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetFanSpeedRPM(
-    device: nvmlDevice_t,
-    _fanSpeed: *mut nvmlFanSpeedInfo_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetFanSpeedRPM");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(
-    device: nvmlDevice_t,
-    _fan: c_uint,
-    _speed: *mut c_uint,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetFanSpeed_v2");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpcClkMinMaxVfOffset(
     device: nvmlDevice_t,
     _minOffset: *mut c_int,
@@ -435,17 +393,6 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryLimits_v1(
     _data: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetMemoryLimits_v1");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMinMaxFanSpeed(
-    device: nvmlDevice_t,
-    _minSpeed: *mut c_uint,
-    _maxSpeed: *mut c_uint,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetMinMaxFanSpeed");
     device_unsupported(device)
 }
 
@@ -615,17 +562,6 @@ pub unsafe extern "C" fn nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(
     _errorCounts: *mut nvmlEccSramUniqueUncorrectedErrorCounts_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetTargetFanSpeed(
-    device: nvmlDevice_t,
-    _fan: c_uint,
-    _targetSpeed: *mut c_uint,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetTargetFanSpeed");
     device_unsupported(device)
 }
 

@@ -9,12 +9,15 @@
 //! pure functions of the scenario and the time: no state, no sampling-rate effects.
 
 pub mod dial;
+pub mod fabric;
+pub mod fans;
 pub mod load;
 pub mod models;
 pub mod node;
 pub mod pods;
 pub mod scenario;
 
+pub use fabric::{FabricReading, FabricSpec, FabricState};
 pub use load::Load;
 pub use node::{
     GpmReading, GpuReading, InforomObject, MemoryReading, MigReading, ProcessReading, SimClock,

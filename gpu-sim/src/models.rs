@@ -29,7 +29,7 @@ pub struct ModelProfile {
     pub name: &'static str,
     /// NVML brand enum value (`NVML_BRAND_NVIDIA` = 14 on data-centre parts).
     pub brand: u32,
-    /// NVML architecture enum value (7 = Ampere, 9 = Hopper, 8 = Ada).
+    /// NVML architecture enum value (7 = Ampere, 8 = Ada, 9 = Hopper, 10 = Blackwell).
     pub architecture: u32,
     pub memory_total_mib: u64,
     pub memory_reserved_mib: u64,
@@ -76,6 +76,9 @@ pub struct BoardFacts {
     pub memory_bus_width_bits: u32,
     /// Lowest settable power limit, mW (the highest is `power_limit_mw`).
     pub min_power_limit_mw: u32,
+    /// Fans on the board (`nvmlDeviceGetNumFans`): 0 on passively cooled SXM and
+    /// data-centre PCIe boards.
+    pub fans: u32,
 }
 
 const H100_80GB_MIG: &[MigProfile] = &[
@@ -241,6 +244,7 @@ pub const MODELS: &[ModelProfile] = &[
             cuda_cores: 16896,
             memory_bus_width_bits: 5120,
             min_power_limit_mw: 200000,
+            fans: 0,
         },
     },
     ModelProfile {
@@ -275,6 +279,7 @@ pub const MODELS: &[ModelProfile] = &[
             cuda_cores: 16896,
             memory_bus_width_bits: 6144,
             min_power_limit_mw: 200000,
+            fans: 0,
         },
     },
     ModelProfile {
@@ -309,6 +314,7 @@ pub const MODELS: &[ModelProfile] = &[
             cuda_cores: 6912,
             memory_bus_width_bits: 5120,
             min_power_limit_mw: 100000,
+            fans: 0,
         },
     },
     ModelProfile {
@@ -343,6 +349,80 @@ pub const MODELS: &[ModelProfile] = &[
             cuda_cores: 7424,
             memory_bus_width_bits: 192,
             min_power_limit_mw: 40000,
+            fans: 0,
+        },
+    },
+    // A Blackwell GPU of a GB200 NVL72 rack: 18 NVLink 5 links to the rack's NVSwitch
+    // trays (not on this node's PCI bus), fabric registration by the fabric manager.
+    ModelProfile {
+        name: "NVIDIA GB200",
+        brand: 14,
+        architecture: 10,
+        memory_total_mib: 189471,
+        memory_reserved_mib: 1088,
+        power_limit_mw: 1_200_000,
+        idle_power_mw: 140_000,
+        max_sm_clock_mhz: 2062,
+        idle_sm_clock_mhz: 345,
+        mem_clock_mhz: 3996,
+        pci_device_id: 0x2941_10de,
+        gpm: true,
+        nvlink_links: 18,
+        nvlink_peak_kib_s: 878_906_250,
+        mig_profiles: &[],
+        board: BoardFacts {
+            part_number: "699-2G548-0202-000",
+            max_video_clock_mhz: 1965,
+            pcie_generation: 5,
+            pcie_width: 16,
+            nvlink_version: 7,
+            nvswitches: 0,
+            shutdown_temp_c: 95,
+            slowdown_temp_c: 92,
+            gpu_max_operating_temp_c: 87,
+            memory_max_operating_temp_c: 95,
+            bar1_mib: 262144,
+            cuda_capability: (10, 0),
+            cuda_cores: 18432,
+            memory_bus_width_bits: 8192,
+            min_power_limit_mw: 200000,
+            fans: 0,
+        },
+    },
+    // A workstation board in a rack server: actively cooled, one blower fan.
+    ModelProfile {
+        name: "NVIDIA RTX 6000 Ada Generation",
+        brand: 13,
+        architecture: 8,
+        memory_total_mib: 49140,
+        memory_reserved_mib: 467,
+        power_limit_mw: 300_000,
+        idle_power_mw: 24_000,
+        max_sm_clock_mhz: 2505,
+        idle_sm_clock_mhz: 210,
+        mem_clock_mhz: 10001,
+        pci_device_id: 0x26b1_10de,
+        gpm: false,
+        nvlink_links: 0,
+        nvlink_peak_kib_s: 0,
+        mig_profiles: &[],
+        board: BoardFacts {
+            part_number: "900-5G133-2250-000",
+            max_video_clock_mhz: 1965,
+            pcie_generation: 4,
+            pcie_width: 16,
+            nvlink_version: 0,
+            nvswitches: 0,
+            shutdown_temp_c: 98,
+            slowdown_temp_c: 95,
+            gpu_max_operating_temp_c: 93,
+            memory_max_operating_temp_c: 95,
+            bar1_mib: 65536,
+            cuda_capability: (8, 9),
+            cuda_cores: 18176,
+            memory_bus_width_bits: 384,
+            min_power_limit_mw: 100000,
+            fans: 1,
         },
     },
 ];

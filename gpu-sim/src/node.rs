@@ -31,6 +31,8 @@ pub struct SimNode {
     pub cuda_driver_version: i32,
     pub gpus: Vec<SimGpu>,
     pub faults: Vec<Fault>,
+    /// The NVLink fabric the GPUs are registered in, if the scenario names one.
+    pub fabric: Option<crate::fabric::FabricSpec>,
     clock: SimClock,
     /// Utilisation set from outside while the node runs, if a dial file is attached.
     dial: Option<Arc<Dial>>,
@@ -269,6 +271,7 @@ impl SimNode {
             cuda_driver_version: s.cuda_driver_version,
             gpus,
             faults: s.faults.clone(),
+            fabric: s.fabric.clone(),
             clock: SimClock {
                 frozen_at_s: s.clock.frozen_at_s,
                 epoch,
@@ -532,6 +535,12 @@ impl SimNode {
                     policy,
                     ns,
                 } if g == gpu && at_s <= t => r.violation_ns[policy as usize] += ns,
+                Fault::NvlinkErrors { at_s, gpu: g, .. } if g == gpu && at_s <= t => {
+                    let per_link = crate::fabric::link_error_counts(f);
+                    for (total, n) in r.nvlink_errors.iter_mut().zip(per_link) {
+                        *total += n;
+                    }
+                }
                 _ => {}
             }
         }
@@ -612,7 +621,7 @@ fn mig_used_bytes(m: &SimMig) -> u64 {
     m.memory_used_mib * MIB + m.processes.iter().map(|p| p.used_memory_bytes).sum::<u64>()
 }
 
-fn in_window(t: f64, from: f64, until: Option<f64>) -> bool {
+pub(crate) fn in_window(t: f64, from: f64, until: Option<f64>) -> bool {
     t >= from && until.is_none_or(|u| t < u)
 }
 

@@ -33,6 +33,9 @@ pub struct Scenario {
     /// Pods using the node's GPUs (served by `kube-sim`; ignored by NVML).
     #[serde(default)]
     pub pods: Vec<crate::pods::PodSpec>,
+    /// The NVLink fabric (NVL72-class racks) the node's GPUs are registered in.
+    #[serde(default)]
+    pub fabric: Option<crate::fabric::FabricSpec>,
 }
 
 fn default_driver() -> String {
@@ -252,6 +255,40 @@ pub enum Fault {
         policy: ViolationPolicy,
         ns: u64,
     },
+    /// One NVLink of a GPU is down (inactive) in this window.
+    NvlinkDown {
+        from_s: f64,
+        until_s: Option<f64>,
+        gpu: u32,
+        link: u32,
+    },
+    /// NVLink data-link errors on one link at this instant.
+    NvlinkErrors {
+        at_s: f64,
+        gpu: u32,
+        link: u32,
+        #[serde(default)]
+        crc_flit: u64,
+        #[serde(default)]
+        crc_data: u64,
+        #[serde(default)]
+        replay: u64,
+        #[serde(default)]
+        recovery: u64,
+    },
+    /// The GPU's fabric registration in this window (see [`crate::fabric`]).
+    Fabric {
+        from_s: f64,
+        until_s: Option<f64>,
+        gpu: u32,
+        #[serde(default)]
+        state: crate::fabric::FabricState,
+        /// `nvmlReturn_t` of a completed registration (0 = success).
+        #[serde(default)]
+        status: u32,
+        /// `NVML_GPU_FABRIC_HEALTH_MASK_*` bits; absent = the board's healthy mask.
+        health_mask: Option<u32>,
+    },
 }
 
 /// Health signals of issue 17 (row-remap and ECC-mode pending, recovery action),
@@ -301,6 +338,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("default", include_str!("../scenarios/default.toml")),
     ("demo", include_str!("../scenarios/demo.toml")),
     ("big-node", include_str!("../scenarios/big-node.toml")),
+    ("gb200-nvl72", include_str!("../scenarios/gb200-nvl72.toml")),
 ];
 
 /// The largest scenario file read: 8 MiB, far above any written by hand or generated
@@ -452,7 +490,10 @@ impl Scenario {
                 | Fault::Throttle { gpu, .. }
                 | Fault::Violation { gpu, .. }
                 | Fault::RecoveryAction { gpu, .. }
-                | Fault::EccModePending { gpu, .. } => Some(*gpu),
+                | Fault::EccModePending { gpu, .. }
+                | Fault::NvlinkDown { gpu, .. }
+                | Fault::NvlinkErrors { gpu, .. }
+                | Fault::Fabric { gpu, .. } => Some(*gpu),
                 _ => None,
             };
             if let Fault::RecoveryAction { action, .. } = f
@@ -470,7 +511,9 @@ impl Scenario {
                     "faults[{k}]: GPU {gpu} does not exist (the scenario has {n})"
                 )));
             }
+            crate::fabric::check_fault(self, f).map_err(|m| bad(format!("faults[{k}]: {m}")))?;
         }
+        crate::fabric::check_spec(self).map_err(bad)?;
         let node = crate::SimNode::new(self, std::time::SystemTime::UNIX_EPOCH);
         let mut names = std::collections::BTreeSet::new();
         for (k, pod) in self.pods.iter().enumerate() {

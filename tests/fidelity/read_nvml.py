@@ -105,6 +105,39 @@ def ecc_totals(handle):
     return out
 
 
+def fabric(handle):
+    """nvmlDeviceGetGpuFabricInfoV with a v3 struct (health mask and summary)."""
+
+    def get(h):
+        info = pynvml.c_nvmlGpuFabricInfo_v3_t()
+        info.version = pynvml.nvmlGpuFabricInfo_v3
+        pynvml.nvmlDeviceGetGpuFabricInfoV(h, pynvml.byref(info))
+        return {
+            "state": info.state & 0xFF,
+            "status": info.status,
+            "clique_id": info.cliqueId,
+            "health_mask": info.healthMask,
+            "health_summary": info.healthSummary,
+        }
+
+    return read(get, handle)
+
+
+def nvlink_states(handle):
+    """nvmlDeviceGetNvLinkState of each link until NVML says there is no such link."""
+    states = []
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            states.append(pynvml.nvmlDeviceGetNvLinkState(handle, link))
+        except pynvml.NVMLError_NotSupported:
+            return None if not states else states
+        except pynvml.NVMLError_InvalidArgument:
+            break
+        except pynvml.NVMLError as e:
+            return {"error": str(e), "code": e.value}
+    return states
+
+
 def mig_instances(handle):
     count = read(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle)
     if not ok(count):
@@ -173,6 +206,14 @@ def read_gpu(index):
             lambda m: {"current": m[0], "pending": m[1]},
         ),
         "recovery_action": field_value(handle, pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+        "slowdown_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "shutdown_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+        "gpu_max_op_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+        "mem_max_op_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
+        "pstate": read(pynvml.nvmlDeviceGetPerformanceState, handle),
+        "fan_speed": read(pynvml.nvmlDeviceGetFanSpeed, handle),
+        "fabric": fabric(handle),
+        "nvlink_states": nvlink_states(handle),
         "processes": processes(handle),
         "mig_mode": mapped(mig_mode, lambda m: {"current": m[0], "pending": m[1]}),
         "mig": None,

@@ -418,8 +418,12 @@ pub fn promtool_check_metrics(text: &str) -> (i32, String) {
 
 const PROMTOOL_LABEL_CASE: &str = " label names should be written in 'snake_case' not 'camelCase'";
 const PROMTOOL_COUNTER_TOTAL: &str = " counter metrics should have \"_total\" suffix";
-/// dcgm's `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` names its type.
-const PROMTOOL_NAMES_TYPE: &str = " metric name should not include type 'counter'";
+/// dcgm's `DCGM_FI_DEV_PCIE_REPLAY_COUNTER` and `DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY` name
+/// a type.
+const PROMTOOL_NAMES_TYPE: [&str; 2] = [
+    " metric name should not include type 'counter'",
+    " metric name should not include type 'summary'",
+];
 
 /// `promtool check metrics` parses `body`, and its linter finds nothing but what
 /// dcgm-exporter's compatible names cause: camelCase/uppercase identity labels (`UUID`,
@@ -433,13 +437,17 @@ pub fn assert_promtool_accepts_dcgm_exposition(body: &str) {
     for f in findings.lines().filter(|l| !l.trim().is_empty()) {
         if let Some(metric) = f.strip_suffix(PROMTOOL_LABEL_CASE) {
             // Only series that carry dcgm's identity labels may trip the case lint.
+            // GPU series (`UUID`, `modelName`) or NVLink series (`gpu_uuid`, `model_name`
+            // with the `Hostname` and label-field labels).
             let carries_dcgm_labels = body.lines().any(|l| {
-                l.starts_with(metric) && l.contains("UUID=\"") && l.contains("modelName=\"")
+                l.starts_with(metric)
+                    && ((l.contains("UUID=\"") && l.contains("modelName=\""))
+                        || (l.contains("gpu_uuid=\"") && l.contains("model_name=\"")))
             });
             assert!(carries_dcgm_labels, "unexpected label-case finding: {f}");
         } else if let Some(metric) = f
             .strip_suffix(PROMTOOL_COUNTER_TOTAL)
-            .or_else(|| f.strip_suffix(PROMTOOL_NAMES_TYPE))
+            .or_else(|| PROMTOOL_NAMES_TYPE.iter().find_map(|t| f.strip_suffix(t)))
         {
             assert!(
                 metric.starts_with("DCGM_"),

@@ -77,6 +77,37 @@ pub enum Quantity {
     /// `nvmlDeviceGpuRecoveryAction_t` (field 230): 0 none, 1 GPU reset, 2 node reboot,
     /// 3 drain P2P, 4 drain and reset...
     RecoveryAction,
+    // Thermal limits, performance state, fans and the NVLink fabric (issue 17), kept
+    // together so that other additions merge cleanly around them.
+    /// °C, `nvmlDeviceGetTemperatureThreshold` (slowdown, shutdown, GPU and memory
+    /// maximum operating temperature).
+    SlowdownTemp,
+    ShutdownTemp,
+    GpuMaxOpTemp,
+    MemMaxOpTemp,
+    /// `nvmlPstates_t`: 0 (P0, fastest) to 15; 32 unknown.
+    Pstate,
+    /// Percent of the fan's maximum speed, `nvmlDeviceGetFanSpeed`.
+    FanSpeed,
+    /// `nvmlDeviceGetGpuFabricInfoV`: DCGM's `dcgmFabricManagerStatus_t` (0 not
+    /// supported, 1 not started, 2 in progress, 3 success, 4 failure), clique ID,
+    /// health mask bits and the v3 health summary (1 healthy, 2 unhealthy, 3 limited);
+    /// the registration's error as a DCGM return code (0, or negative).
+    FabricManagerStatus,
+    FabricManagerError,
+    FabricCliqueId,
+    FabricHealthMask,
+    FabricHealthSummary,
+    /// Per NVLink ([`Scope::Link`]): state (`NVML_NVLINK_STATE_*`: 0 inactive,
+    /// 1 active, 2 sleep), data-link error counters, cumulative data KiB.
+    LinkState,
+    LinkCrcFlitErrors,
+    LinkCrcDataErrors,
+    LinkReplayErrors,
+    LinkRecoveryErrors,
+    LinkTxKib,
+    LinkRxKib,
+    LinkDataKib,
     /// GPM metrics: utilisations in percent, PCIe in MiB/s.
     GpmGraphicsUtil,
     GpmSmUtil,
@@ -135,6 +166,8 @@ pub enum Scope {
     Device,
     /// GPUs and MIG instances alike (memory, GPM ratios).
     Instance,
+    /// Each NVLink of a physical GPU: series carry dcgm-exporter's NVLink-entity labels.
+    Link,
 }
 
 /// What a value means over time, whatever a CSV row declares.
@@ -471,28 +504,39 @@ pub const FIELDS: &[FieldDef] = &[
         Device,
         Gauge,
     ),
+    // Thermal limits, performance state, fans, fabric and per-link NVLink (issue 17).
+    v(
+        "DCGM_FI_DEV_SLOWDOWN_TEMP",
+        Q::SlowdownTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_SHUTDOWN_TEMP",
+        Q::ShutdownTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_GPU_MAX_OP_TEMP",
+        Q::GpuMaxOpTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_MEM_MAX_OP_TEMP",
+        Q::MemMaxOpTemp,
+        Int,
+        Device,
+        Gauge,
+    ),
     // Health signals (issue 17 items 4 and 7).
-    v(
-        "DCGM_FI_DEV_ECC_CURRENT",
-        Q::EccModeCurrent,
-        Int,
-        Device,
-        Gauge,
-    ),
-    v(
-        "DCGM_FI_DEV_ECC_PENDING",
-        Q::EccModePending,
-        Int,
-        Device,
-        Gauge,
-    ),
-    v(
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        Q::RemapPending,
-        Int,
-        Device,
-        Gauge,
-    ),
+    v("DCGM_FI_DEV_ECC_CURRENT", Q::EccModeCurrent, Int, Device, Gauge),
+    v("DCGM_FI_DEV_ECC_PENDING", Q::EccModePending, Int, Device, Gauge),
+    v("DCGM_FI_DEV_ROW_REMAP_PENDING", Q::RemapPending, Int, Device, Gauge),
     v(
         "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
         Q::RecoveryAction,
@@ -512,6 +556,99 @@ pub const FIELDS: &[FieldDef] = &[
         name: "DCGM_EXP_GPU_HEALTH_STATUS",
         source: FieldSource::Exporter(ExporterField::HealthStatus),
     },
+    v("DCGM_FI_DEV_PSTATE", Q::Pstate, Int, Device, Gauge),
+    v("DCGM_FI_DEV_FAN_SPEED", Q::FanSpeed, Int, Device, Gauge),
+    v(
+        "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
+        Q::FabricManagerStatus,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE",
+        Q::FabricManagerError,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
+        Q::FabricCliqueId,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FABRIC_HEALTH_MASK",
+        Q::FabricHealthMask,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+        Q::FabricHealthSummary,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_GET_STATE",
+        Q::LinkState,
+        Int,
+        Link,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_PER_LINK_TOTAL",
+        Q::LinkCrcFlitErrors,
+        Int,
+        Link,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_PER_LINK_TOTAL",
+        Q::LinkCrcDataErrors,
+        Int,
+        Link,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_PER_LINK_TOTAL",
+        Q::LinkReplayErrors,
+        Int,
+        Link,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_PER_LINK_TOTAL",
+        Q::LinkRecoveryErrors,
+        Int,
+        Link,
+        Counter,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_PER_LINK",
+        Q::LinkDataKib,
+        RatePerSec(1000.0),
+        Link,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_PER_LINK",
+        Q::LinkTxKib,
+        RatePerSec(1000.0),
+        Link,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_PER_LINK",
+        Q::LinkRxKib,
+        RatePerSec(1000.0),
+        Link,
+        Gauge,
+    ),
     label("DCGM_FI_DRIVER_VERSION", LabelField::DriverVersion),
     label("DCGM_FI_NVML_VERSION", LabelField::NvmlVersion),
     label("DCGM_FI_DEV_BRAND", LabelField::Brand),
@@ -689,6 +826,36 @@ mod tests {
             "DCGM_FI_DEV_GPU_UTIL"
         );
         assert!(closest_names("DCGM_FI_DEV_POWR_USAGE").contains(&"DCGM_FI_DEV_POWER_USAGE"));
+    }
+
+    #[test]
+    fn link_fields_are_exactly_the_link_quantities() {
+        let link_quantities = [
+            Quantity::LinkState,
+            Quantity::LinkCrcFlitErrors,
+            Quantity::LinkCrcDataErrors,
+            Quantity::LinkReplayErrors,
+            Quantity::LinkRecoveryErrors,
+            Quantity::LinkTxKib,
+            Quantity::LinkRxKib,
+            Quantity::LinkDataKib,
+        ];
+        for f in FIELDS {
+            if let FieldSource::Value {
+                quantity, scope, ..
+            } = f.source
+            {
+                assert_eq!(
+                    scope == Scope::Link,
+                    link_quantities.contains(&quantity),
+                    "{}",
+                    f.name
+                );
+                assert!(!quantity.is_gpm() || scope == Scope::Instance, "{}", f.name);
+            }
+        }
+        assert_eq!(dcgm_field_ids()["DCGM_FI_DEV_NVLINK_GET_STATE"], 1508);
+        assert_eq!(dcgm_field_ids()["DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY"], 175);
     }
 
     #[test]

@@ -444,7 +444,9 @@ pub(crate) fn walk_device_families<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &m
             exporter_family(snap, sink, field, x);
             continue;
         }
-        if !(0..snap.entities.len()).any(|e| snap.value(e, m).is_some()) {
+        if !(0..snap.entities.len()).any(|e| snap.value(e, m).is_some())
+            && !(0..snap.links.len()).any(|l| snap.link_value(l, m).is_some())
+        {
             continue;
         }
         sink.family(field.name, field.metric_type, &field.help);
@@ -467,6 +469,12 @@ pub(crate) fn walk_device_families<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &m
                     );
                 }
                 _ => sink.sample(&entity.labels, &[], Sample::Dcgm(v)),
+            }
+        }
+        // Link-scoped fields: one series per NVLink, with its own label set.
+        for (l, link) in snap.links.iter().enumerate() {
+            if let Some(v) = snap.link_value(l, m) {
+                sink.sample(&link.labels, &[], Sample::Dcgm(v));
             }
         }
     }

@@ -147,6 +147,46 @@ pub fn brand_name(brand: u32) -> &'static str {
     }
 }
 
+/// DCGM's `dcgmFabricManagerStatus_t` for an NVML fabric state and registration status
+/// (`DCGM_FI_DEV_FABRIC_MANAGER_STATUS`): 0 not supported, 1 not started, 2 in
+/// progress, 3 success, 4 failure (completed with an error status), 5 unrecognized.
+pub fn fabric_manager_status(state: u8, status: u32) -> u64 {
+    use nvml_wrapper_sys::bindings::*;
+    match u32::from(state) {
+        NVML_GPU_FABRIC_STATE_NOT_SUPPORTED => 0,
+        NVML_GPU_FABRIC_STATE_NOT_STARTED => 1,
+        NVML_GPU_FABRIC_STATE_IN_PROGRESS => 2,
+        NVML_GPU_FABRIC_STATE_COMPLETED if status == nvmlReturn_enum_NVML_SUCCESS => 3,
+        NVML_GPU_FABRIC_STATE_COMPLETED => 4,
+        _ => 5,
+    }
+}
+
+/// `DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE`: once the registration has completed, its
+/// status as DCGM converts an `nvmlReturn_t` (`NvmlReturnToDcgmReturn`: 0 OK, else a
+/// negative `DCGM_ST_*`); before that, no value.
+#[allow(non_upper_case_globals)] // bindgen names NVML's constants
+pub fn fabric_manager_error(state: u8, status: u32) -> Option<i64> {
+    use nvml_wrapper_sys::bindings::*;
+    if u32::from(state) != NVML_GPU_FABRIC_STATE_COMPLETED {
+        return None;
+    }
+    Some(match status {
+        nvmlReturn_enum_NVML_SUCCESS => 0,
+        nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED => -6,
+        nvmlReturn_enum_NVML_ERROR_NO_PERMISSION => -17,
+        nvmlReturn_enum_NVML_ERROR_NOT_FOUND => -14,
+        nvmlReturn_enum_NVML_ERROR_TIMEOUT => -11,
+        nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => -18,
+        nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED => -19,
+        nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT => -1,
+        nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES => -49,
+        nvmlReturn_enum_NVML_ERROR_UNINITIALIZED => -56,
+        // DCGM_ST_NVML_ERROR for every other NVML error.
+        _ => -8,
+    })
+}
+
 /// A GPU source. Calls may block; the sampler runs them on its own thread.
 pub trait GpuSource: Send {
     /// One line for logs and `gpu_exporter_build_info`.
@@ -183,4 +223,23 @@ pub trait GpuSource: Send {
 
     /// XIDs reported since the last call, each exactly once.
     fn xid_events(&mut self) -> Vec<XidEvent>;
+
+    /// NVLinks of the physical GPU `entity` (0 without NVLink). Asked once per
+    /// discovery, and only when link-scoped fields are planned.
+    fn nvlinks(&mut self, _entity: usize) -> u32 {
+        0
+    }
+
+    /// Read link-scoped `quantities` of links `0..links` of the GPU `entity`: `out`
+    /// receives `links × quantities.len()` results, link by link.
+    fn read_links(
+        &mut self,
+        _entity: usize,
+        links: u32,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
+        out.clear();
+        out.extend((0..links as usize * quantities.len()).map(|_| Err(ReadError::NotSupported)));
+    }
 }

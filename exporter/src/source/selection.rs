@@ -317,6 +317,7 @@ mod tests {
             uuid: format!("GPU-{index}"),
             pci_bus_id: String::new(),
             model_name: "H100".into(),
+            minor_number: Some(index),
             mig: None,
             labels: Default::default(),
             lost: false,
@@ -332,6 +333,7 @@ mod tests {
                 slot,
                 profile: "3g.40gb".into(),
                 mig_uuid: format!("MIG-{slot}"),
+                placement: None,
             }),
             ..gpu(1)
         }

@@ -171,6 +171,83 @@ fn mig_quantity(r: &MigReading, q: Quantity) -> Result<Raw, ReadError> {
     }
 }
 
+/// Thermal limits, performance state, fans and fabric: facts of the board and the
+/// scenario rather than of the load. `None` for every other quantity.
+fn board_quantity(node: &SimNode, gpu: u32, t: f64, q: Quantity) -> Option<Result<Raw, ReadError>> {
+    use Quantity::*;
+    let g = &node.gpus[gpu as usize];
+    let b = &g.model.board;
+    let u = |v: u32| Some(Ok(Raw::U64(v.into())));
+    // As the fake NVML: a fabric on Hopper or newer boards with NVLink.
+    let fabric = || {
+        (g.model.nvlink_links > 0 && g.model.architecture >= 9)
+            .then(|| node.fabric(gpu, t))
+            .ok_or(ReadError::NotSupported)
+    };
+    match q {
+        SlowdownTemp => u(b.slowdown_temp_c),
+        ShutdownTemp => u(b.shutdown_temp_c),
+        GpuMaxOpTemp => u(b.gpu_max_operating_temp_c),
+        MemMaxOpTemp => u(b.memory_max_operating_temp_c),
+        // Data-centre boards in persistence mode stay in P0.
+        Pstate => u(0),
+        // `nvmlDeviceGetFanSpeed`: the first fan; passively cooled boards have none.
+        FanSpeed => Some(
+            node.fan_speed_percent(gpu, 0, t)
+                .map(|v| Raw::U64(v.into()))
+                .ok_or(ReadError::NotSupported),
+        ),
+        FabricManagerStatus => {
+            Some(fabric().map(|f| Raw::U64(super::fabric_manager_status(f.state.nvml(), f.status))))
+        }
+        FabricManagerError => Some(fabric().and_then(|f| {
+            super::fabric_manager_error(f.state.nvml(), f.status)
+                .map(|e| Raw::F64(e as f64))
+                .ok_or(ReadError::NoValueYet)
+        })),
+        FabricCliqueId => Some(fabric().map(|f| Raw::U64(f.clique_id.into()))),
+        FabricHealthMask => Some(fabric().map(|f| Raw::U64(f.health_mask.into()))),
+        FabricHealthSummary => Some(fabric().map(|f| Raw::U64(f.health_summary.into()))),
+        _ => None,
+    }
+}
+
+/// One link quantity of one link at `t`.
+fn link_quantity(
+    node: &SimNode,
+    gpu: u32,
+    link: u32,
+    t: f64,
+    q: Quantity,
+) -> Result<Raw, ReadError> {
+    use Quantity::*;
+    let active = node.nvlink_active(gpu, link, t);
+    let errors = node.nvlink_link_errors(gpu, link, t);
+    // Traffic runs evenly over the links that are up, as the fake NVML splits it.
+    let share = |total: u64| {
+        if active {
+            total / u64::from(node.nvlinks_active(gpu, t).max(1))
+        } else {
+            0
+        }
+    };
+    let r = || node.gpu_reading(gpu, t);
+    Ok(Raw::U64(match q {
+        LinkState => active.into(),
+        LinkCrcFlitErrors => errors[0],
+        LinkCrcDataErrors => errors[1],
+        LinkReplayErrors => errors[2],
+        LinkRecoveryErrors => errors[3],
+        LinkTxKib => share(r().nvlink_tx_kib),
+        LinkRxKib => share(r().nvlink_rx_kib),
+        LinkDataKib => {
+            let r = r();
+            share(r.nvlink_tx_kib) + share(r.nvlink_rx_kib)
+        }
+        _ => return Err(ReadError::NotSupported),
+    }))
+}
+
 /// The model capability a quantity needs.
 fn capability(q: Quantity) -> Option<Capability> {
     use Quantity::*;
@@ -199,6 +276,14 @@ fn capability(q: Quantity) -> Option<Capability> {
         NvlinkCrcFlitErrors | NvlinkCrcDataErrors | NvlinkReplayErrors | NvlinkRecoveryErrors
         | NvlinkDataKib => Capability::Nvlink,
         VgpuLicensed => Capability::VgpuLicense,
+        SlowdownTemp | ShutdownTemp | GpuMaxOpTemp | MemMaxOpTemp => Capability::Temperature,
+        Pstate => Capability::Clocks,
+        FanSpeed => return None,
+        FabricManagerStatus | FabricManagerError | FabricCliqueId | FabricHealthMask
+        | FabricHealthSummary | LinkState | LinkCrcFlitErrors | LinkCrcDataErrors
+        | LinkReplayErrors | LinkRecoveryErrors | LinkTxKib | LinkRxKib | LinkDataKib => {
+            Capability::Nvlink
+        }
         _ => Capability::Gpm,
     })
 }
@@ -305,10 +390,12 @@ impl GpuSource for SimulatedSource {
             None => {
                 let r = self.node.gpu_reading(slot.gpu, t);
                 out.extend(quantities.iter().map(|&q| {
-                    if supported(q) {
-                        gpu_quantity(&r, q)
-                    } else {
+                    if !supported(q) {
                         Err(ReadError::NotSupported)
+                    } else if let Some(v) = board_quantity(&self.node, slot.gpu, t, q) {
+                        v
+                    } else {
+                        gpu_quantity(&r, q)
                     }
                 }));
             }
@@ -355,6 +442,56 @@ impl GpuSource for SimulatedSource {
                 sm_util_percent: slot.mig.is_none().then_some(p.sm_util_percent),
             })
             .collect())
+    }
+
+    fn nvlinks(&mut self, entity: usize) -> u32 {
+        match self.slots.get(entity) {
+            Some(Slot { gpu, mig: None }) => {
+                let g = &self.node.gpus[*gpu as usize];
+                if g.supports(Capability::Nvlink) {
+                    g.model.nvlink_links
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        }
+    }
+
+    fn read_links(
+        &mut self,
+        entity: usize,
+        links: u32,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
+        out.clear();
+        let total = links as usize * quantities.len();
+        let t = match self.enter() {
+            Ok(t) => t,
+            Err(e) => {
+                out.extend((0..total).map(|_| Err(e.clone())));
+                return;
+            }
+        };
+        let gpu = match self.slots.get(entity) {
+            Some(Slot { gpu, mig: None }) => *gpu,
+            _ => {
+                out.extend((0..total).map(|_| Err(ReadError::NotSupported)));
+                return;
+            }
+        };
+        if self.node.gpu_lost(gpu, t) {
+            out.extend((0..total).map(|_| Err(ReadError::GpuLost)));
+            return;
+        }
+        for link in 0..links {
+            out.extend(
+                quantities
+                    .iter()
+                    .map(|&q| link_quantity(&self.node, gpu, link, t, q)),
+            );
+        }
     }
 
     fn xid_events(&mut self) -> Vec<XidEvent> {

@@ -323,7 +323,7 @@ fn dcgm_fields(expr: &str) -> Vec<&str> {
 /// Dashboards that may use fields outside dcgm-exporter's default counters, and why.
 const EXTENDED_FIELDS: &[(&str, &str)] = &[(
     "gpu-health",
-    "ECC, retired pages, clock-event reasons, violations and NVLink errors are off in the default CSV",
+    "ECC, retired pages, clock-event reasons, violations, NVLink errors and per-link state, thermal limits, fans and fabric are off in the default CSV",
 )];
 
 #[test]
@@ -822,7 +822,7 @@ fn prometheus_with_rules(exporter: &Exporter, engines: &FakeEngines) -> Promethe
     Prometheus::start_with_config(&config, &[])
 }
 
-/// (alertname, gpu, xid or pod) of every pending or firing alert.
+/// (alertname, gpu, xid, NVLink, reason or pod) of every pending or firing alert.
 fn active_alerts(prom: &Prometheus) -> BTreeSet<(String, String, String)> {
     let data = api(prom, "/api/v1/alerts").unwrap_or_default();
     data["alerts"]
@@ -834,6 +834,10 @@ fn active_alerts(prom: &Prometheus) -> BTreeSet<(String, String, String)> {
             let s = |k: &str| l[k].as_str().unwrap_or_default().to_string();
             let detail = if l["xid"].is_string() {
                 s("xid")
+            } else if l["nvlink"].is_string() {
+                s("nvlink")
+            } else if l["reason"].is_string() {
+                s("reason")
             } else {
                 s("pod")
             };
@@ -971,6 +975,8 @@ fn every_panel_query_returns_data_on_a_simulated_node() {
         ("GPUUncorrectableECCErrors", "4", ""),
         ("GPURowRemapFailure", "4", ""),
         ("GPUClocksSlowedDown", "4", ""),
+        ("GPUNVLinkDown", "4", "7"),
+        ("GPUFabricUnhealthy", "4", "registration failed"),
         ("GPUAllocatedButIdle", "1", "notebook-0"),
         // GPU 4's recovery action (and its XID 154), pending row remap, failing MEM
         // watch (DBE), and the thermal and power-brake warnings of its clock events

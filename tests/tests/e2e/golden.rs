@@ -187,6 +187,29 @@ fn exported_values_are_the_scenarios_values() {
         let gr = series_values(&body, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", &labels);
         assert!((gr[0] - r.gpm.expect("H100 GPM").graphics_util / 100.0).abs() < 1e-6);
     }
+    // Thermal limits and NVLinks of every GPU that answers: the board's thresholds, one
+    // link series per NVLink with dcgm-exporter's NVLink labels, none for the L4.
+    for gpu in 0..4u32 {
+        let g = &node.gpus[gpu as usize];
+        let idx = gpu.to_string();
+        assert_eq!(
+            series_values(&body, "DCGM_FI_DEV_SLOWDOWN_TEMP", &[("gpu", idx.as_str())]),
+            vec![f64::from(g.model.board.slowdown_temp_c)]
+        );
+        let uuid = g.uuid.as_str();
+        let states = series_values(
+            &body,
+            "DCGM_FI_DEV_NVLINK_GET_STATE",
+            &[("gpu", idx.as_str()), ("gpu_uuid", uuid)],
+        );
+        assert_eq!(
+            states.len() as u32,
+            g.model.nvlink_links,
+            "links of GPU {gpu}"
+        );
+        assert!(states.iter().all(|s| *s == 1.0), "all links up: {states:?}");
+    }
+    assert!(series_values(&body, "DCGM_FI_DEV_NVLINK_GET_STATE", &[("gpu", "4")]).is_empty());
     // Unsupported on the A100: memory temperature; GPU 4 is lost: only gpu_up says so.
     assert!(series_values(&body, "DCGM_FI_DEV_MEMORY_TEMP", &[("gpu", "3")]).is_empty());
     assert!(series_values(&body, "DCGM_FI_DEV_GPU_TEMP", &[("gpu", "4")]).is_empty());

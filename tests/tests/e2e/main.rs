@@ -26,6 +26,7 @@ mod helm;
 mod images;
 mod layering;
 mod listener_limits;
+mod nvlink_fabric;
 mod nvml_backend;
 mod nvml_breadth;
 mod nvml_calls;

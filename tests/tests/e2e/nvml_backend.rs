@@ -107,6 +107,12 @@ fn plain_eight_gpu_node_matches_the_simulation() {
     parity("builtin:default", "45");
 }
 
+/// GB200 NVL72 tray inside its fault window: a link down, an unhealthy fabric route.
+#[test]
+fn gb200_nvl72_links_and_fabric_match_the_simulation() {
+    parity("builtin:gb200-nvl72", "100");
+}
+
 #[test]
 fn big_mig_node_matches_the_simulation() {
     parity("builtin:big-node", "100");

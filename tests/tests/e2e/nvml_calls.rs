@@ -115,6 +115,8 @@ struct Shape {
     mig_instances: u64,
     /// GPUs not in MIG mode.
     whole_gpus: u64,
+    /// NVLinks of all GPUs.
+    nvlinks: u64,
 }
 
 fn big_node() -> Shape {
@@ -125,6 +127,7 @@ fn big_node() -> Shape {
         gpus: node.gpus.len() as u64,
         mig_instances: count(&|g| g.mig.len() as u64),
         whole_gpus: count(&|g| u64::from(g.mig.is_empty())),
+        nvlinks: count(&|g| u64::from(g.model.nvlink_links)),
     }
 }
 
@@ -148,6 +151,7 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         gpus,
         mig_instances: migs,
         whole_gpus: whole,
+        nvlinks: links,
     } = *shape;
     let mut b: Vec<(&str, u64)> = vec![
         // Every entity: framebuffer, GPM metrics from its two kept samples.
@@ -172,7 +176,18 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
             ("nvmlDeviceGetCurrentClocksThrottleReasons", gpus),
             ("nvmlDeviceGetEnforcedPowerLimit", gpus),
             ("nvmlDeviceGetPcieThroughput", 2 * gpus),
+            // P-state and fabric registration; the temperature thresholds ride in the
+            // field-values call and the fanless boards' fan speed is asked once.
+            ("nvmlDeviceGetPerformanceState", gpus),
+            ("nvmlDeviceGetGpuFabricInfoV", gpus),
+            // Per-link fields: one scoped field-values call per GPU for every link's
+            // state and traffic, and the four data-link error counters of each link
+            // (the calls DCGM makes for its per-link fields).
+            ("nvmlDeviceGetNvLinkErrorCounter", 4 * links),
         ]);
+        if let Some(n) = b.iter_mut().find(|(k, _)| *k == "nvmlDeviceGetFieldValues") {
+            n.1 += gpus;
+        }
     }
     if plan.processes {
         b.extend([

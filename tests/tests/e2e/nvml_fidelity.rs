@@ -112,6 +112,27 @@ const GPU_FIELDS: &[(&str, &str, Conv)] = &[
         "recovery_action",
         Conv::Same,
     ),
+    ("DCGM_FI_DEV_SLOWDOWN_TEMP", "slowdown_temp", Conv::Same),
+    ("DCGM_FI_DEV_SHUTDOWN_TEMP", "shutdown_temp", Conv::Same),
+    ("DCGM_FI_DEV_GPU_MAX_OP_TEMP", "gpu_max_op_temp", Conv::Same),
+    ("DCGM_FI_DEV_MEM_MAX_OP_TEMP", "mem_max_op_temp", Conv::Same),
+    ("DCGM_FI_DEV_PSTATE", "pstate", Conv::Same),
+    ("DCGM_FI_DEV_FAN_SPEED", "fan_speed", Conv::Same),
+    (
+        "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
+        "fabric/clique_id",
+        Conv::Same,
+    ),
+    (
+        "DCGM_FI_DEV_FABRIC_HEALTH_MASK",
+        "fabric/health_mask",
+        Conv::Same,
+    ),
+    (
+        "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+        "fabric/health_summary",
+        Conv::Same,
+    ),
 ];
 
 /// MIG-instance fields, read on the MIG handle.
@@ -516,10 +537,16 @@ fn compare_labels(f: &mut Findings, samples: &[Sample], gpu: u64, py: &Value, dr
                 continue;
             }
         };
+        // NVLink series name the GPU as dcgm-exporter labels its NVLink entities.
+        let label_on = |s: &Sample| match (label, s.label("nvlink").is_some()) {
+            ("UUID", true) => "gpu_uuid",
+            ("modelName", true) => "model_name",
+            _ => label,
+        };
         // The first offending series is enough to name the problem.
         if let Some(s) = series
             .iter()
-            .find(|s| s.label(label) != Some(want.as_str()))
+            .find(|s| s.label(label_on(s)) != Some(want.as_str()))
         {
             f.fail(format!(
                 "GPU {gpu}, label {label}: exporter {:?} != pynvml {want:?} ({})",
@@ -537,6 +564,33 @@ fn compare_gpu(f: &mut Findings, samples: &[Sample], gpu: u64, py: &Value, drive
     for (metric, path, conv) in GPU_FIELDS {
         let series = gpu_series(samples, metric, gpu);
         compare_field(f, &entity, metric, &series, reading(py, path), *conv);
+    }
+    // One state series per NVLink against pynvml's nvmlDeviceGetNvLinkState of each link.
+    const LINK_STATE: &str = "DCGM_FI_DEV_NVLINK_GET_STATE";
+    let links = gpu_series(samples, LINK_STATE, gpu);
+    let exported: BTreeMap<u64, f64> = links
+        .iter()
+        .filter_map(|s| Some((s.label("nvlink")?.parse().ok()?, s.value)))
+        .collect();
+    match &py["nvlink_states"] {
+        Value::Array(states) => {
+            f.served(LINK_STATE);
+            let expected: BTreeMap<u64, f64> = states
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| Some((i as u64, v.as_f64()?)))
+                .collect();
+            if exported != expected {
+                f.fail(format!(
+                    "{entity}, {LINK_STATE} per link: exporter {exported:?} != pynvml {expected:?}"
+                ));
+            }
+        }
+        other if !exported.is_empty() => f.fail(format!(
+            "{entity}, {LINK_STATE}: exporter serves {} links, pynvml read {other}",
+            exported.len()
+        )),
+        _ => {}
     }
 
     let mig = &py["mig"];

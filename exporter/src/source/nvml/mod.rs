@@ -14,6 +14,7 @@
 //! - XIDs arrive on their own thread ([`events`]).
 
 mod events;
+mod links;
 mod raw;
 
 use super::{
@@ -91,6 +92,12 @@ mod field {
             EccModePending => &[(NVML_FI_DEV_ECC_PENDING, 0)],
             RemapPending => &[(NVML_FI_DEV_REMAPPED_PENDING, 0)],
             RecoveryAction => &[(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0)],
+            // The temperature thresholds of `nvmlDeviceGetTemperatureThreshold`, in
+            // the same call as the counters rather than four getter calls a cycle.
+            ShutdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, 0)],
+            SlowdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, 0)],
+            MemMaxOpTemp => &[(NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT, 0)],
+            GpuMaxOpTemp => &[(NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT, 0)],
             _ => &[],
         }
     }
@@ -528,6 +535,34 @@ impl NvmlSource {
     }
 }
 
+/// A fabric quantity from one fabric-info read, as DCGM derives its fields.
+fn fabric_quantity(
+    f: &Result<raw::FabricInfo, raw::FabricError>,
+    q: Quantity,
+) -> Result<Raw, ReadError> {
+    let info = match f {
+        Ok(info) => info,
+        // DCGM: a driver without the call is "NVML too old" (6); its other fields blank.
+        Err(raw::FabricError::NoSymbol) if q == Quantity::FabricManagerStatus => {
+            return Ok(Raw::U64(6));
+        }
+        Err(raw::FabricError::NoSymbol) => return Err(ReadError::NotSupported),
+        Err(raw::FabricError::Read(e)) => return Err(e.clone()),
+    };
+    Ok(Raw::U64(match q {
+        Quantity::FabricManagerStatus => super::fabric_manager_status(info.state, info.status),
+        Quantity::FabricManagerError => {
+            // Negative DCGM codes: a float reading, printed as the integer it is.
+            return super::fabric_manager_error(info.state, info.status)
+                .map(|e| Raw::F64(e as f64))
+                .ok_or(ReadError::NoValueYet);
+        }
+        Quantity::FabricCliqueId => info.clique_id.into(),
+        Quantity::FabricHealthMask => info.health_mask.into(),
+        _ => info.health_summary.ok_or(ReadError::NotSupported)?.into(),
+    }))
+}
+
 /// How an NVML error affects the sampler.
 pub(crate) fn map_err(e: NvmlError) -> ReadError {
     match e {
@@ -574,6 +609,20 @@ fn read_label(
 impl GpuSource for NvmlSource {
     fn describe(&self) -> String {
         format!("nvml ({})", self.library_name())
+    }
+
+    fn nvlinks(&mut self, entity: usize) -> u32 {
+        self.link_count(entity)
+    }
+
+    fn read_links(
+        &mut self,
+        entity: usize,
+        links: u32,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
+        self.read_links_of(entity, links, quantities, out);
     }
 
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError> {
@@ -956,6 +1005,7 @@ impl NvmlSource {
         let mut mem = None;
         let mut fields = self.field_values(dev, quantities).into_iter();
         let mut gpm: Option<Result<Vec<Result<f64, ReadError>>, ReadError>> = None;
+        let mut fabric = None;
         let u = |r: Result<u32, NvmlError>| r.map(|v| Raw::U64(v.into())).map_err(map_err);
         let u64r = |r: Result<u64, NvmlError>| r.map(Raw::U64).map_err(map_err);
         for &q in quantities {
@@ -991,6 +1041,21 @@ impl NvmlSource {
                 PcieTxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Send)),
                 PcieRxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Receive)),
                 ClockEventReasons => u64r(dev.current_throttle_reasons().map(|r| r.bits())),
+                Pstate => u(dev.performance_state().map(|p| p.as_c())),
+                // SAFETY: `dev` is a live handle of this NVML instance.
+                FanSpeed => self
+                    .nvml()
+                    .and_then(|nvml| raw::fan_speed(nvml, unsafe { dev.handle() }))
+                    .map(|v| Raw::U64(v.into())),
+                FabricManagerStatus | FabricManagerError | FabricCliqueId | FabricHealthMask
+                | FabricHealthSummary => {
+                    let f = fabric.get_or_insert_with(|| match self.nvml() {
+                        // SAFETY: `dev` is a live handle of this NVML instance.
+                        Ok(nvml) => raw::fabric_info(nvml, unsafe { dev.handle() }),
+                        Err(e) => Err(raw::FabricError::Read(e)),
+                    });
+                    fabric_quantity(f, q)
+                }
                 _ if !field::of(q).is_empty() => {
                     // This quantity's requests, in the order `field_values` made them.
                     let mut parts = fields.by_ref().take(field::of(q).len());
@@ -1041,6 +1106,58 @@ impl NvmlSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fabric_fields_follow_dcgm() {
+        let info = |state, status, summary| {
+            Ok(raw::FabricInfo {
+                state,
+                status,
+                clique_id: 7,
+                health_mask: 410,
+                health_summary: summary,
+            })
+        };
+        let status = |f| fabric_quantity(&f, Quantity::FabricManagerStatus);
+        assert_eq!(status(info(3, 0, None)), Ok(Raw::U64(3)));
+        // Completed with an error status is a failure; earlier states pass through.
+        assert_eq!(status(info(3, 999, None)), Ok(Raw::U64(4)));
+        assert_eq!(status(info(2, 0, None)), Ok(Raw::U64(2)));
+        assert_eq!(status(info(9, 0, None)), Ok(Raw::U64(5)));
+        assert_eq!(status(Err(raw::FabricError::NoSymbol)), Ok(Raw::U64(6)));
+        assert_eq!(
+            fabric_quantity(&Err(raw::FabricError::NoSymbol), Quantity::FabricCliqueId),
+            Err(ReadError::NotSupported)
+        );
+        // A v2 struct has no health summary.
+        let v2 = info(3, 0, None);
+        assert_eq!(
+            fabric_quantity(&v2, Quantity::FabricHealthSummary),
+            Err(ReadError::NotSupported)
+        );
+        assert_eq!(
+            fabric_quantity(&info(3, 0, Some(2)), Quantity::FabricHealthSummary),
+            Ok(Raw::U64(2))
+        );
+        assert_eq!(
+            fabric_quantity(&v2, Quantity::FabricHealthMask),
+            Ok(Raw::U64(410))
+        );
+        assert_eq!(
+            fabric_quantity(&v2, Quantity::FabricCliqueId),
+            Ok(Raw::U64(7))
+        );
+        // The error code: DCGM's conversion of the status, only once completed.
+        let error = |f| fabric_quantity(&f, Quantity::FabricManagerError);
+        assert_eq!(error(info(3, 0, None)), Ok(Raw::F64(0.0)));
+        assert_eq!(error(info(3, 999, None)), Ok(Raw::F64(-8.0)));
+        assert_eq!(error(info(3, 15, None)), Ok(Raw::F64(-18.0)));
+        assert_eq!(error(info(2, 0, None)), Err(ReadError::NoValueYet));
+        assert_eq!(
+            error(Err(raw::FabricError::NoSymbol)),
+            Err(ReadError::NotSupported)
+        );
+    }
 
     #[test]
     fn a_mig_layout_is_the_same_by_instance_ids_not_by_handles() {

@@ -297,3 +297,71 @@ pub fn process_utilization(
         unsafe { sym(device, samples, count, last_seen) }
     })
 }
+
+/// `nvmlDeviceGetFanSpeed`: the first fan's speed, percent, as DCGM reads
+/// `DCGM_FI_DEV_FAN_SPEED` (nvml-wrapper only wraps the per-fan `_v2`).
+pub fn fan_speed(nvml: &Nvml, device: nvmlDevice_t) -> Result<u32, ReadError> {
+    let sym = nvml.lib().nvmlDeviceGetFanSpeed.as_ref().map_err(missing)?;
+    let mut speed: c_uint = 0;
+    // SAFETY: `device` is a live handle of this NVML instance; `speed` is a valid out-pointer.
+    nvml_try(unsafe { sym(device, &mut speed) }).map_err(map_err)?;
+    Ok(speed)
+}
+
+/// What `nvmlDeviceGetGpuFabricInfoV` says of a GPU's fabric registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricInfo {
+    /// `nvmlGpuFabricState_t`.
+    pub state: u8,
+    /// `nvmlReturn_t` of a completed registration.
+    pub status: u32,
+    pub clique_id: u32,
+    pub health_mask: u32,
+    /// Only from a v3 struct (drivers that know it).
+    pub health_summary: Option<u8>,
+}
+
+/// Why there is no fabric information.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FabricError {
+    /// A driver without the call: DCGM reports the fabric manager status as "NVML too old".
+    NoSymbol,
+    Read(ReadError),
+}
+
+/// `nvmlDeviceGetGpuFabricInfoV` with a v3 struct, then v2 where the driver refuses v3
+/// (as DCGM does).
+pub fn fabric_info(nvml: &Nvml, device: nvmlDevice_t) -> Result<FabricInfo, FabricError> {
+    use nvml_wrapper_sys::bindings::{
+        nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfoV_t,
+        nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    };
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetGpuFabricInfoV
+        .as_ref()
+        .map_err(|_| FabricError::NoSymbol)?;
+    let version = |size: usize, v: u32| size as u32 | v << 24;
+    // SAFETY: a plain C struct, for which all-zero bytes are valid.
+    let mut info: nvmlGpuFabricInfoV_t = unsafe { std::mem::zeroed() };
+    info.version = version(std::mem::size_of::<nvmlGpuFabricInfoV_t>(), 3);
+    // SAFETY: `device` is a live handle; `info` is a valid v3 struct with its version set.
+    let mut rc = unsafe { sym(device, &mut info) };
+    let mut v3 = true;
+    if rc == nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH {
+        v3 = false;
+        // SAFETY: as above; a v2 struct is a prefix of the v3 one.
+        info = unsafe { std::mem::zeroed() };
+        info.version = version(std::mem::size_of::<nvmlGpuFabricInfo_v2_t>(), 2);
+        // SAFETY: as above.
+        rc = unsafe { sym(device, &mut info) };
+    }
+    nvml_try(rc).map_err(|e| FabricError::Read(map_err(e)))?;
+    Ok(FabricInfo {
+        state: info.state,
+        status: info.status,
+        clique_id: info.cliqueId,
+        health_mask: info.healthMask,
+        health_summary: v3.then_some(info.healthSummary),
+    })
+}
