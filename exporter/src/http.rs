@@ -599,6 +599,7 @@ mod health_tests {
             xids: Default::default(),
             processes: Vec::new(),
             shares: Vec::new(),
+            exporter: None,
         }
     }
 

@@ -1860,6 +1860,7 @@ mod exporter_collector_tests {
                 uuid: "GPU-0".into(),
                 pci_bus_id: "00000000:01:00.0".into(),
                 model_name: "NVIDIA H100 80GB HBM3".into(),
+                minor_number: Some(0),
                 mig: None,
                 labels: Default::default(),
                 lost: false,
@@ -1872,6 +1873,7 @@ mod exporter_collector_tests {
                 slot: 0,
                 profile: "3g.40gb".into(),
                 mig_uuid: "MIG-0".into(),
+                placement: None,
             });
             Ok(Inventory {
                 driver_version: "1".into(),

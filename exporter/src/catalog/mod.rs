@@ -534,9 +534,27 @@ pub const FIELDS: &[FieldDef] = &[
         Gauge,
     ),
     // Health signals (issue 17 items 4 and 7).
-    v("DCGM_FI_DEV_ECC_CURRENT", Q::EccModeCurrent, Int, Device, Gauge),
-    v("DCGM_FI_DEV_ECC_PENDING", Q::EccModePending, Int, Device, Gauge),
-    v("DCGM_FI_DEV_ROW_REMAP_PENDING", Q::RemapPending, Int, Device, Gauge),
+    v(
+        "DCGM_FI_DEV_ECC_CURRENT",
+        Q::EccModeCurrent,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_ECC_PENDING",
+        Q::EccModePending,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        Q::RemapPending,
+        Int,
+        Device,
+        Gauge,
+    ),
     v(
         "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
         Q::RecoveryAction,
