@@ -88,6 +88,11 @@ impl AppState {
                 age.as_secs_f64(),
                 self.max_age().as_secs_f64()
             )),
+            // The driver answers but lists no GPU: nothing to serve; the sampler keeps
+            // enumerating and the node turns ready when GPUs appear.
+            Some(_) if snap.source_up && snap.entities.is_empty() => {
+                Err("the GPU driver answers but lists no GPU".into())
+            }
             Some(_) => Ok(()),
         }
     }

@@ -4,8 +4,9 @@
 //!   never unloads it either).
 //! - Nothing static is read twice: device and MIG handles, identities, labels and the
 //!   MIG layout are read at discovery and kept until the next one. Rediscovery after a
-//!   driver failure re-initialises NVML and drops every cache first; a MIG layout
-//!   change is found as [`NvmlSource::layout_changed`] describes.
+//!   driver failure re-initialises NVML and drops every cache first; a change of the
+//!   device set (GPUs or MIG instances) is found as [`NvmlSource::device_set_changed`]
+//!   describes.
 //! - GPM ratios need two samples: each entity allocates two once and swaps them every
 //!   cycle, so the first cycle has no value and every later one reports the interval
 //!   since the last.
@@ -30,18 +31,15 @@ use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUti
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-/// How often the MIG layout of MIG-capable GPUs is compared with the one discovered.
-///
-/// A layout changes only by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU
-/// operator's mig-manager), on a drained GPU, so finding it within a minute is enough.
-/// Checking costs about 100 calls on the big node (mode, then each slot's handle and
-/// instance IDs), against 36 or more per cycle to check every cycle; nothing cheaper
-/// tells: `nvmlDeviceGetMaxMigDeviceCount` is the maximum, not the count, and a new
-/// instance raises no error anywhere. A destroyed instance is found sooner: when every
-/// reading of a cached MIG handle fails, its instance IDs are read again at once.
-const MIG_LAYOUT_CHECK: Duration = Duration::from_secs(60);
+// The device set is compared with the one discovered every cycle: the device count,
+// and per MIG-capable GPU its MIG mode and each MIG slot's handle, instance IDs and
+// UUID. A layout changes by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU
+// operator's mig-manager, a DRA driver preparing a claim) and a workload waits for it,
+// so it is found within a cycle. Nothing cheaper tells: `nvmlDeviceGetMaxMigDeviceCount`
+// is the maximum, not the count, and a new instance raises no error anywhere. The cost
+// is bounded by the node (1 + 9 + 4 per instance calls per MIG-capable GPU); README
+// gives the measured figure.
 
 /// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
 /// cycle (as DCGM reads them), instead of one getter call each: ECC totals, retired
@@ -167,13 +165,15 @@ struct Slot {
     no_vgpu_licensing: bool,
 }
 
-/// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs,
+/// UUID (new for an instance created again with the same IDs).
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct MigInstance {
     slot: u32,
     handle: Handle,
     gpu_instance: u32,
     compute_instance: u32,
+    uuid: String,
 }
 
 /// The MIG layout of one MIG-capable GPU at discovery: empty when MIG is off.
@@ -186,7 +186,7 @@ struct MigLayout {
 /// Whether two MIG layouts have the same instances in the same slots. Handles are left
 /// out: a driver may hand out another address for the same instance.
 fn same_layout(a: &[MigInstance], b: &[MigInstance]) -> bool {
-    let ids = |i: &MigInstance| (i.slot, i.gpu_instance, i.compute_instance);
+    let ids = |i: &MigInstance| (i.slot, i.gpu_instance, i.compute_instance, i.uuid.clone());
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ids(x) == ids(y))
 }
 
@@ -255,10 +255,11 @@ pub struct NvmlSource {
     gpm: Vec<Gpm>,
     process_reads: Vec<ProcessReads>,
     names: ProcessNames,
-    /// MIG-capable GPUs' layouts at discovery, and when they were last compared.
+    /// MIG-capable GPUs' layouts at discovery.
     mig_layouts: Vec<MigLayout>,
-    layout_checked: Instant,
-    /// The MIG layout differs from the one discovered: rediscover, without
+    /// `nvmlDeviceGetCount` at discovery.
+    device_count: u32,
+    /// The device set differs from the one discovered: rediscover, without
     /// re-initialising NVML.
     layout_stale: bool,
     /// A probe has just initialised NVML afresh: the discovery that follows need not.
@@ -281,7 +282,7 @@ impl NvmlSource {
             process_reads: Vec::new(),
             names: ProcessNames::default(),
             mig_layouts: Vec::new(),
-            layout_checked: Instant::now(),
+            device_count: 0,
             layout_stale: false,
             probed: false,
             event_devices: HashMap::new(),
@@ -472,6 +473,7 @@ impl NvmlSource {
                     handle,
                     gpu_instance,
                     compute_instance,
+                    uuid: mig.uuid().unwrap_or_default(),
                 }),
                 Err(e) => {
                     tracing::warn!(gpu = index, slot, error = %e, "MIG instance without IDs; skipped");
@@ -550,7 +552,6 @@ impl GpuSource for NvmlSource {
         let nvml = self.init()?;
         // Every cache goes, GPM samples freed before NVML is shut down.
         self.forget();
-        self.layout_checked = Instant::now();
         if rediscovery {
             // After a driver failure: drop NVML's state and initialise it again, so a
             // reloaded driver is picked up.
@@ -559,6 +560,7 @@ impl GpuSource for NvmlSource {
         let driver_version = nvml.sys_driver_version().map_err(map_err)?;
         let nvml_version = nvml.sys_nvml_version().unwrap_or_default();
         let count = nvml.device_count().map_err(map_err)?;
+        self.device_count = count;
         let (mut gpus, mut migs) = (Vec::new(), Vec::new());
         let mut event_handles = Vec::new();
         for index in 0..count {
@@ -640,6 +642,7 @@ impl GpuSource for NvmlSource {
                     instance.gpu_instance,
                     instance.compute_instance,
                 );
+                let mig_uuid = instance.uuid;
                 let mig = instance.handle.device(nvml);
                 let profile = mig
                     .attributes()
@@ -670,7 +673,7 @@ impl GpuSource for NvmlSource {
                             compute_instance_id: ci,
                             slot: j,
                             profile,
-                            mig_uuid: mig.uuid().unwrap_or_default(),
+                            mig_uuid,
                         }),
                         labels: values.clone(),
                         lost: false,
@@ -856,20 +859,50 @@ impl GpuSource for NvmlSource {
             .collect())
     }
 
-    fn layout_changed(&mut self) -> bool {
-        if !self.layout_stale && self.layout_checked.elapsed() >= MIG_LAYOUT_CHECK {
-            self.layout_checked = Instant::now();
-            if let Ok(nvml) = self.nvml() {
-                let changed = self.mig_layouts.iter().find(|l| {
-                    !same_layout(
-                        &Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index),
-                        &l.instances,
-                    )
-                });
-                if let Some(l) = changed {
-                    tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
-                    self.layout_stale = true;
-                }
+    fn device_set_changed(&mut self) -> bool {
+        if self.layout_stale {
+            return true;
+        }
+        let Ok(nvml) = self.nvml() else {
+            return false;
+        };
+        if self.device_count == 0 {
+            // NVML enumerates GPUs when it is initialised: a node that came up with none
+            // (GPUs still bound to vfio-pci, a passthrough GPU attached later, a driver
+            // that finished probing after the exporter started) shows them only after a
+            // new initialisation. With no device, that costs one shutdown and init.
+            let appeared = self.probe().is_ok() && nvml.device_count().is_ok_and(|c| c > 0);
+            if appeared {
+                tracing::info!("GPUs appeared; rediscovering");
+                self.layout_stale = true;
+            } else {
+                // The next discovery after a failure must initialise NVML itself.
+                self.probed = false;
+            }
+            return self.layout_stale;
+        }
+        match nvml.device_count() {
+            Ok(c) if c != self.device_count => {
+                tracing::info!(
+                    discovered = self.device_count,
+                    now = c,
+                    "the GPU count changed; rediscovering"
+                );
+                self.layout_stale = true;
+            }
+            // A failing count is the driver's failure: the reads of this cycle find it.
+            _ => {}
+        }
+        if !self.layout_stale {
+            let changed = self.mig_layouts.iter().find(|l| {
+                !same_layout(
+                    &Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index),
+                    &l.instances,
+                )
+            });
+            if let Some(l) = changed {
+                tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
+                self.layout_stale = true;
             }
         }
         self.layout_stale
@@ -1009,6 +1042,7 @@ mod tests {
             handle: Handle(handle),
             gpu_instance: gi,
             compute_instance: ci,
+            uuid: format!("MIG-{gi}-{ci}"),
         };
         let discovered = [inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 0)];
         // Handles may be handed out anew; the same instances are the same layout.
@@ -1019,7 +1053,11 @@ mod tests {
         // An instance destroyed, created, recreated with another GI or CI, or moved.
         assert!(!same_layout(&discovered[..1], &discovered));
         assert!(!same_layout(
-            &[discovered[0], discovered[1], inst(2, 0x50, 9, 0)],
+            &[
+                discovered[0].clone(),
+                discovered[1].clone(),
+                inst(2, 0x50, 9, 0),
+            ],
             &discovered
         ));
         assert!(!same_layout(
@@ -1034,6 +1072,10 @@ mod tests {
             &[inst(0, 0x10, 7, 0), inst(2, 0x20, 8, 0)],
             &discovered
         ));
+        // Destroyed and created again with the same IDs: a new instance, a new UUID.
+        let mut again = inst(1, 0x20, 8, 0);
+        again.uuid = "MIG-recreated".into();
+        assert!(!same_layout(&[inst(0, 0x10, 7, 0), again], &discovered));
     }
 
     #[test]
