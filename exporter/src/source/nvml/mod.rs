@@ -33,13 +33,12 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 // The device set is compared with the one discovered every cycle: the device count,
-// and per MIG-capable GPU its MIG mode and each MIG slot's handle, instance IDs and
-// UUID. A layout changes by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU
-// operator's mig-manager, a DRA driver preparing a claim) and a workload waits for it,
-// so it is found within a cycle. Nothing cheaper tells: `nvmlDeviceGetMaxMigDeviceCount`
-// is the maximum, not the count, and a new instance raises no error anywhere. The cost
-// is bounded by the node (1 + 9 + 4 per instance calls per MIG-capable GPU); README
-// gives the measured figure.
+// and per MIG-capable GPU its MIG devices' UUIDs (`mig_devices_now`). A layout changes
+// by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU operator's mig-manager,
+// a DRA driver preparing a claim) and a workload waits for it, so it is found within a
+// cycle. Nothing cheaper tells: a new instance raises no error anywhere. The cost is
+// bounded by the node: 1 call, plus 1 per MIG-capable GPU not in MIG mode and 8 + 1 per
+// instance per GPU in MIG mode; README gives the measured figure.
 
 /// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
 /// cycle (as DCGM reads them), instead of one getter call each: ECC totals, retired
@@ -166,7 +165,7 @@ struct Slot {
 }
 
 /// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs,
-/// UUID (new for an instance created again with the same IDs).
+/// UUID.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MigInstance {
     slot: u32,
@@ -176,18 +175,25 @@ struct MigInstance {
     uuid: String,
 }
 
-/// The MIG layout of one MIG-capable GPU at discovery: empty when MIG is off.
+/// The MIG devices of one MIG-capable GPU at discovery, as [`mig_devices_now`] lists
+/// them.
 struct MigLayout {
     index: u32,
     gpu: Handle,
-    instances: Vec<MigInstance>,
+    devices: Vec<(u32, String)>,
 }
 
-/// Whether two MIG layouts have the same instances in the same slots. Handles are left
-/// out: a driver may hand out another address for the same instance.
-fn same_layout(a: &[MigInstance], b: &[MigInstance]) -> bool {
-    let ids = |i: &MigInstance| (i.slot, i.gpu_instance, i.compute_instance, i.uuid.clone());
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ids(x) == ids(y))
+/// The MIG devices of a MIG-capable GPU now, as (slot, UUID): empty when MIG is off
+/// (the maximum count is zero then, so one call also tells the mode). A MIG device's
+/// UUID is new whenever its instance is created, even with the IDs of one destroyed
+/// before, so the UUIDs alone tell a changed layout: 1 + 7 + 1 per instance calls.
+fn mig_devices_now(dev: &Device<'_>) -> Vec<(u32, String)> {
+    (0..dev.mig_device_count().unwrap_or(0))
+        .filter_map(|slot| {
+            let mig = dev.mig_device_by_index(slot).ok()?;
+            Some((slot, mig.uuid().unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// GPM state of one entity.
@@ -483,17 +489,6 @@ impl NvmlSource {
         found
     }
 
-    /// The MIG instances of a MIG-capable GPU now: empty when MIG is off.
-    fn mig_layout_now(nvml: &Nvml, dev: &Device<'_>, index: u32) -> Vec<MigInstance> {
-        let on = dev
-            .mig_mode()
-            .is_ok_and(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
-        if on {
-            Self::mig_instances(nvml, dev, index)
-        } else {
-            Vec::new()
-        }
-    }
 }
 
 /// How an NVML error affects the sampler.
@@ -633,7 +628,7 @@ impl GpuSource for NvmlSource {
                 self.mig_layouts.push(MigLayout {
                     index,
                     gpu: handle,
-                    instances: instances.clone(),
+                    devices: mig_devices_now(&dev),
                 });
             }
             for instance in instances {
@@ -894,12 +889,10 @@ impl GpuSource for NvmlSource {
             _ => {}
         }
         if !self.layout_stale {
-            let changed = self.mig_layouts.iter().find(|l| {
-                !same_layout(
-                    &Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index),
-                    &l.instances,
-                )
-            });
+            let changed = self
+                .mig_layouts
+                .iter()
+                .find(|l| mig_devices_now(&l.gpu.device(nvml)) != l.devices);
             if let Some(l) = changed {
                 tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
                 self.layout_stale = true;
@@ -1034,49 +1027,6 @@ impl NvmlSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_mig_layout_is_the_same_by_instance_ids_not_by_handles() {
-        let inst = |slot, handle, gi, ci| MigInstance {
-            slot,
-            handle: Handle(handle),
-            gpu_instance: gi,
-            compute_instance: ci,
-            uuid: format!("MIG-{gi}-{ci}"),
-        };
-        let discovered = [inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 0)];
-        // Handles may be handed out anew; the same instances are the same layout.
-        assert!(same_layout(
-            &[inst(0, 0x30, 7, 0), inst(1, 0x40, 8, 0)],
-            &discovered
-        ));
-        // An instance destroyed, created, recreated with another GI or CI, or moved.
-        assert!(!same_layout(&discovered[..1], &discovered));
-        assert!(!same_layout(
-            &[
-                discovered[0].clone(),
-                discovered[1].clone(),
-                inst(2, 0x50, 9, 0),
-            ],
-            &discovered
-        ));
-        assert!(!same_layout(
-            &[inst(0, 0x10, 7, 0), inst(1, 0x20, 9, 0)],
-            &discovered
-        ));
-        assert!(!same_layout(
-            &[inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 1)],
-            &discovered
-        ));
-        assert!(!same_layout(
-            &[inst(0, 0x10, 7, 0), inst(2, 0x20, 8, 0)],
-            &discovered
-        ));
-        // Destroyed and created again with the same IDs: a new instance, a new UUID.
-        let mut again = inst(1, 0x20, 8, 0);
-        again.uuid = "MIG-recreated".into();
-        assert!(!same_layout(&[inst(0, 0x10, 7, 0), again], &discovered));
-    }
 
     #[test]
     fn mig_profile_names_follow_nvidia_naming() {
