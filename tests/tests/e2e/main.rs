@@ -33,5 +33,6 @@ mod promtool;
 mod protobuf;
 mod rbac;
 mod readiness;
+mod reenumeration;
 mod soak;
 mod web_config;

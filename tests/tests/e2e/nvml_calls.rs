@@ -115,6 +115,9 @@ struct Shape {
     mig_instances: u64,
     /// GPUs not in MIG mode.
     whole_gpus: u64,
+    /// GPUs whose model offers MIG, and those in MIG mode.
+    mig_capable: u64,
+    mig_enabled: u64,
 }
 
 fn big_node() -> Shape {
@@ -125,6 +128,8 @@ fn big_node() -> Shape {
         gpus: node.gpus.len() as u64,
         mig_instances: count(&|g| g.mig.len() as u64),
         whole_gpus: count(&|g| u64::from(g.mig.is_empty())),
+        mig_capable: count(&|g| u64::from(!g.model.mig_profiles.is_empty())),
+        mig_enabled: count(&|g| u64::from(!g.mig.is_empty())),
     }
 }
 
@@ -137,8 +142,8 @@ struct Plan {
 
 /// The most calls per steady cycle, per function; any function not listed: none. Every
 /// entry is one call per entity that needs it, because nothing static is read again.
-/// No `nvmlDeviceGetHandleByIndex_v2` or `nvmlDeviceGetMigDeviceHandleByIndex` (handles
-/// are kept from discovery), no `nvmlGpmSampleAlloc`/`Free` (two samples per entity,
+/// No `nvmlDeviceGetHandleByIndex_v2` (handles are kept from discovery; MIG handles are
+/// listed only to check the device set), no `nvmlGpmSampleAlloc`/`Free` (two samples per entity,
 /// reused), no `nvmlSystemGetProcessName` (names are kept per pid), no getter of a
 /// counter that the one `nvmlDeviceGetFieldValues` per GPU answers (ECC, retired pages,
 /// violations, energy), no second call of a list getter for its length, and no process
@@ -148,6 +153,8 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         gpus,
         mig_instances: migs,
         whole_gpus: whole,
+        mig_capable,
+        mig_enabled,
     } = *shape;
     let mut b: Vec<(&str, u64)> = vec![
         // Every entity: framebuffer, GPM metrics from its two kept samples.
@@ -166,6 +173,12 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         ("nvmlDeviceGetTemperature", gpus),
         // A GPU in MIG mode has no utilisation: asked once, remembered.
         ("nvmlDeviceGetUtilizationRates", whole),
+        // The device-set check: the count, each MIG-capable GPU's MIG device count,
+        // then each slot of a GPU in MIG mode and each instance's UUID.
+        ("nvmlDeviceGetCount_v2", 1),
+        ("nvmlDeviceGetMaxMigDeviceCount", mig_capable),
+        ("nvmlDeviceGetMigDeviceHandleByIndex", 7 * mig_enabled),
+        ("nvmlDeviceGetUUID", migs),
     ];
     if plan.all_fields {
         b.extend([
@@ -194,7 +207,6 @@ fn assert_within_budget(args: &[&str], plan: Plan) {
     println!("{shown}");
     for removed in [
         "nvmlDeviceGetHandleByIndex_v2",
-        "nvmlDeviceGetMigDeviceHandleByIndex",
         "nvmlGpmSampleAlloc",
         "nvmlGpmSampleFree",
         "nvmlSystemGetProcessName",

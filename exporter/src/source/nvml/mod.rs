@@ -488,7 +488,6 @@ impl NvmlSource {
         }
         found
     }
-
 }
 
 /// How an NVML error affects the sampler.
