@@ -373,7 +373,11 @@ impl Sampler {
                 probed
             }
             // GPUs or MIG instances came or went: a new inventory, right away.
-            Some(_) => self.source.device_set_changed(),
+            Some(_) => {
+                let changed = self.source.device_set_changed();
+                tracing::trace!(took = ?started.elapsed(), changed, "checked the device set");
+                changed
+            }
         };
         if rediscover && let Err(e) = self.discover() {
             self.driver_down(&e.to_string());
