@@ -865,13 +865,16 @@ impl GpuSource for NvmlSource {
             // (GPUs still bound to vfio-pci, a passthrough GPU attached later, a driver
             // that finished probing after the exporter started) shows them only after a
             // new initialisation. With no device, that costs one shutdown and init.
-            let appeared = self.probe().is_ok() && nvml.device_count().is_ok_and(|c| c > 0);
-            if appeared {
-                tracing::info!("GPUs appeared; rediscovering");
-                self.layout_stale = true;
-            } else {
-                // The next discovery after a failure must initialise NVML itself.
-                self.probed = false;
+            match self.probe() {
+                Ok(()) if nvml.device_count().is_ok_and(|c| c > 0) => {
+                    tracing::info!("GPUs appeared; rediscovering");
+                    self.layout_stale = true;
+                }
+                // Still none; the next discovery after a failure initialises NVML itself.
+                Ok(()) => self.probed = false,
+                // The driver went: the discovery this asks for fails and says so, and
+                // the sampler probes as for any outage.
+                Err(_) => self.layout_stale = true,
             }
             return self.layout_stale;
         }
