@@ -5,7 +5,7 @@
 //! knows the instant of the change and times the exporter from there by polling. The
 //! times are printed (`re-enumeration CASE: N ms`).
 
-use e2e_tests::{Exporter, fake_nvml, fixture, get, scratch_dir, wait_for};
+use e2e_tests::{Exporter, fake_nvml, fixture, get, scratch_dir, series_values, wait_for};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -158,7 +158,7 @@ fn mig_instances_created_and_destroyed_after_start_show_and_go_within_a_few_cycl
 }
 
 #[test]
-fn a_node_whose_driver_lists_no_gpu_turns_ready_when_gpus_appear() {
+fn a_node_whose_driver_lists_no_gpu_turns_ready_when_gpus_appear_and_reports_one_lost() {
     let dir = scratch_dir("reenumeration-zero");
     let (e, devices) = exporter(&dir, "gpus=0\n");
     let why = wait_for("not ready for want of GPUs", MEASURE_FOR, || {
@@ -179,5 +179,14 @@ fn a_node_whose_driver_lists_no_gpu_turns_ready_when_gpus_appear() {
     picked_up("GPUs appeared", since, || {
         let (status, _) = get(&e.url("/readyz"));
         (status == 200 && fb_series(&e).len() == 5).then_some(())
+    });
+
+    // GPU 1 falls off the bus: reported lost, its series gone, GPU 0 and its instances
+    // still served.
+    let since = devices.set("gpus=1\n");
+    picked_up("a GPU lost", since, || {
+        let body = e.metrics();
+        let up = |gpu| series_values(&body, "gpu_exporter_gpu_up", &[("gpu", gpu)]);
+        (up("1") == [0.0] && up("0") == [1.0] && fb_series(&e).len() == 4).then_some(())
     });
 }
