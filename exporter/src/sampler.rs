@@ -11,6 +11,12 @@
 //!   the data is back within two cycles of the driver. A probe that passes before a
 //!   discovery that fails is not trusted again until the discovery backoff is due, so a
 //!   half-working driver costs one discovery per backoff, not one per cycle.
+//! - While the driver is up, every cycle asks the source whether the device set changed
+//!   ([`GpuSource::device_set_changed`]: GPUs or MIG instances that came or went); if so
+//!   it discovers again at once, logs what came and went, and starts a new inventory
+//!   generation, so no per-entity state (rates, XIDs, pod holdings) carries over to a
+//!   device that merely took another's place. A driver that lists no GPU is asked every
+//!   cycle too, and `/readyz` says not ready until GPUs appear.
 
 use crate::attribution::Attributor;
 use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
