@@ -132,4 +132,99 @@ mod tests {
         assert_eq!(bad, ["explode", "mig.x=1"]);
         assert_eq!(parse("").0, DeviceSet::default());
     }
+
+    /// The only test here that initialises the library: the environment it sets is the
+    /// process's.
+    #[test]
+    fn devices_come_and_go_as_on_a_real_driver() {
+        use crate::ffi::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_FOUND, SUCCESS};
+        use crate::mig::nvmlDeviceGetMigDeviceHandleByIndex;
+        use crate::system::{
+            nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlInit_v2, nvmlShutdown,
+        };
+        use nvml_wrapper_sys::bindings::nvmlDevice_t;
+        use std::time::{Duration, Instant};
+
+        let dir = std::env::temp_dir().join(format!("fake-nvml-devices-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (scenario, cue) = (dir.join("node.toml"), dir.join("devices"));
+        std::fs::write(
+            &scenario,
+            "[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\nmig = [{ profile = \"1g.10gb\", count = 3 }]\n\n\
+             [[gpus]]\nmodel = \"NVIDIA L4\"\n",
+        )
+        .unwrap();
+        let set = |text: &str| {
+            let tmp = cue.with_extension("tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, &cue).unwrap();
+        };
+        set("gpus=1\nmig.0=0,2\n");
+        // SAFETY: no other test of this crate reads the environment.
+        unsafe {
+            std::env::set_var(crate::state::SCENARIO_ENV, &scenario);
+            std::env::set_var(DEVICES_FILE_ENV, &cue);
+        }
+        // Poll `f` until it answers `want` (the cue is looked at every CHECK_EVERY).
+        let until = |what: &str, want: u32, mut f: Box<dyn FnMut() -> u32 + '_>| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let got = f();
+                if got == want {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{what}: {got}, want {want}");
+                std::thread::sleep(crate::cue::CHECK_EVERY);
+            }
+        };
+        // SAFETY: the out-pointers are valid locals.
+        unsafe {
+            assert_eq!(nvmlInit_v2(), SUCCESS);
+            let mut count = 0;
+            assert_eq!(nvmlDeviceGetCount_v2(&mut count), SUCCESS);
+            assert_eq!(count, 1, "one GPU listed at init");
+            let mut gpu: nvmlDevice_t = std::ptr::null_mut();
+            assert_eq!(nvmlDeviceGetHandleByIndex_v2(1, &mut gpu), INVALID_ARGUMENT);
+            assert_eq!(nvmlDeviceGetHandleByIndex_v2(0, &mut gpu), SUCCESS);
+            let mig = |i| {
+                let mut h: nvmlDevice_t = std::ptr::null_mut();
+                (nvmlDeviceGetMigDeviceHandleByIndex(gpu, i, &mut h), h)
+            };
+            // Two instances, dense from index 0; the second is the scenario's third.
+            let (first, third) = (mig(0).1, mig(1).1);
+            assert_eq!(mig(2).0, NOT_FOUND);
+            let uuid = |h| {
+                let mut buf = [0 as std::ffi::c_char; 96];
+                crate::device::nvmlDeviceGetUUID(h, buf.as_mut_ptr(), buf.len() as u32)
+            };
+            assert_eq!(uuid(third), SUCCESS);
+            // The third destroyed: its handle is no handle any more; the first stays.
+            set("gpus=1\nmig.0=0\n");
+            until(
+                "destroyed instance's UUID",
+                INVALID_ARGUMENT,
+                Box::new(|| uuid(third)),
+            );
+            assert_eq!(uuid(first), SUCCESS);
+            assert_eq!(mig(1).0, NOT_FOUND);
+            // A second GPU shows only from the next initialisation, as NVML enumerates.
+            set("gpus=2\n");
+            until("MIG instances back", SUCCESS, Box::new(|| mig(2).0));
+            assert_eq!(nvmlDeviceGetCount_v2(&mut count), SUCCESS);
+            assert_eq!(count, 1);
+            assert_eq!(nvmlShutdown(), SUCCESS);
+            assert_eq!(nvmlInit_v2(), SUCCESS);
+            assert_eq!(nvmlDeviceGetCount_v2(&mut count), SUCCESS);
+            assert_eq!(count, 2);
+            // It falls off the bus: its handle answers GPU_IS_LOST at once.
+            let mut l4: nvmlDevice_t = std::ptr::null_mut();
+            assert_eq!(nvmlDeviceGetHandleByIndex_v2(1, &mut l4), SUCCESS);
+            assert_eq!(uuid(l4), SUCCESS);
+            // (Another size than the last file, whatever the clock's resolution.)
+            set("gpus=1 # GPU 1 lost\n");
+            until("lost GPU's UUID", GPU_IS_LOST, Box::new(|| uuid(l4)));
+            assert_eq!(nvmlShutdown(), SUCCESS);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
