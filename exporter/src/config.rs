@@ -194,13 +194,8 @@ pub struct Cli {
     /// Regex patterns for filtering pod labels to include in metrics (comma-separated).
     /// Empty means include all labels. This parameter is effective only when
     /// '--kubernetes-enable-pod-labels' is true.
-    #[arg(
-        long,
-        env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
-        hide_env_values = true,
-        value_name = "REGEXES",
-        value_delimiter = ','
-    )]
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", hide_env_values = true,
+          value_name = "REGEXES", value_delimiter = ',')]
     pub kubernetes_pod_label_allowlist_regex: Vec<String>,
 
     /// Enable kubernetes pod UID in metrics. This parameter is effective only when the
@@ -230,35 +225,18 @@ pub struct Cli {
     pub hpc_job_mapping_dir: Option<PathBuf>,
 
     /// ConfigMap <NAMESPACE>:<NAME> for metric data (none: read no ConfigMap).
-    #[arg(
-        short = 'm',
-        long,
-        env = "DCGM_EXPORTER_CONFIGMAP_DATA",
-        hide_env_values = true,
-        value_name = "NAMESPACE:NAME",
-        default_value = "none"
-    )]
+    #[arg(short = 'm', long, env = "DCGM_EXPORTER_CONFIGMAP_DATA", hide_env_values = true,
+          value_name = "NAMESPACE:NAME", default_value = "none")]
     pub configmap_data: String,
 
     /// Set time window size in milliseconds (ms) for counting active XID errors.
-    #[arg(
-        short = 'x',
-        long,
-        env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
-        hide_env_values = true,
-        value_name = "MS",
-        default_value_t = 300_000
-    )]
+    #[arg(short = 'x', long, env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", hide_env_values = true,
+          value_name = "MS", default_value_t = 300_000)]
     pub xid_count_window_size: u64,
 
     /// Set time window size in milliseconds (ms) for counting clock events.
-    #[arg(
-        long,
-        env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
-        hide_env_values = true,
-        value_name = "MS",
-        default_value_t = 300_000
-    )]
+    #[arg(long, env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", hide_env_values = true,
+          value_name = "MS", default_value_t = 300_000)]
     pub clock_events_count_window_size: u64,
     // ---- end of the dcgm-exporter flags built by other parts of issue 17 ----
 }
