@@ -11,6 +11,12 @@
 //!   the data is back within two cycles of the driver. A probe that passes before a
 //!   discovery that fails is not trusted again until the discovery backoff is due, so a
 //!   half-working driver costs one discovery per backoff, not one per cycle.
+//! - While the driver is up, every cycle asks the source whether the device set changed
+//!   ([`GpuSource::device_set_changed`]: GPUs or MIG instances that came or went); if so
+//!   it discovers again at once, logs what came and went, and starts a new inventory
+//!   generation, so no per-entity state (rates, XIDs, pod holdings) carries over to a
+//!   device that merely took another's place. A driver that lists no GPU is asked every
+//!   cycle too, and `/readyz` says not ready until GPUs appear.
 
 use crate::attribution::Attributor;
 use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
@@ -433,6 +439,15 @@ impl Sampler {
             mig_instances = inventory.entities.iter().filter(|e| e.mig.is_some()).count(),
             "discovered GPUs"
         );
+        if let Some(old) = &self.devices {
+            let (added, removed) = inventory_changes(&old.inventory, &inventory);
+            tracing::info!(?added, ?removed, "the GPU device set changed");
+        }
+        if inventory.entities.is_empty() {
+            tracing::warn!(
+                "the GPU driver answers but lists no GPU; not ready, enumerating again every cycle"
+            );
+        }
         self.discoveries += 1;
         let labels = entity_labels(&inventory, &self.plan, &self.opts);
         let links = self.discover_links(&inventory);
@@ -516,8 +531,12 @@ impl Sampler {
                 probed = self.source.probe().is_ok();
                 probed
             }
-            // A new MIG layout: a new inventory, right away.
-            Some(_) => self.source.layout_changed(),
+            // GPUs or MIG instances came or went: a new inventory, right away.
+            Some(_) => {
+                let changed = self.source.device_set_changed();
+                tracing::trace!(took = ?started.elapsed(), changed, "checked the device set");
+                changed
+            }
         };
         if rediscover && let Err(e) = self.discover() {
             self.driver_down(&e.to_string());
@@ -1006,6 +1025,28 @@ fn exporter_values(
     v
 }
 
+/// What a rediscovery changed: the GPUs and MIG instances (by UUID) of `new` that `old`
+/// lacks, and those of `old` that `new` lacks.
+fn inventory_changes(old: &Inventory, new: &Inventory) -> (Vec<String>, Vec<String>) {
+    fn names(inv: &Inventory) -> Vec<String> {
+        inv.entities
+            .iter()
+            .map(|e| match &e.mig {
+                Some(m) => format!(
+                    "MIG {} (GPU {}, GI {}, {})",
+                    m.mig_uuid, e.gpu_index, m.gpu_instance_id, m.profile
+                ),
+                None if e.uuid.is_empty() => format!("GPU {} (lost)", e.gpu_index),
+                None => format!("GPU {} ({})", e.gpu_index, e.uuid),
+            })
+            .collect()
+    }
+    let (old, new) = (names(old), names(new));
+    let added = new.iter().filter(|n| !old.contains(n)).cloned().collect();
+    let removed = old.iter().filter(|n| !new.contains(n)).cloned().collect();
+    (added, removed)
+}
+
 /// Pod UID → the pod's [`PodRef`], for one generation of the pod directory: a process's
 /// series share their label strings across cycles instead of copying them every cycle.
 #[derive(Default)]
@@ -1264,6 +1305,207 @@ mod tests {
         fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
             Vec::new()
         }
+    }
+
+    /// A driver whose device set the test changes: `now` is what the driver lists,
+    /// checked against what the last discovery saw, as a real source compares layouts.
+    #[derive(Clone, Default)]
+    struct Reshaping {
+        now: Arc<std::sync::Mutex<Vec<EntityInfo>>>,
+        discovered: Vec<EntityInfo>,
+        discoveries: Arc<AtomicU32>,
+        /// An NVLink counter that advances by one GiB per read of any entity: forward
+        /// from one entity to the next, so a reading carried over would give a rate.
+        reads: u64,
+    }
+
+    fn gpu(index: u32) -> EntityInfo {
+        EntityInfo {
+            gpu_index: index,
+            uuid: format!("GPU-{index}"),
+            pci_bus_id: format!("00000000:0{index}:00.0"),
+            model_name: "NVIDIA H100 80GB HBM3".into(),
+            minor_number: Some(index),
+            mig: None,
+            labels: Default::default(),
+            lost: false,
+        }
+    }
+
+    fn mig(parent: u32, gi: u32, uuid: &str) -> EntityInfo {
+        EntityInfo {
+            mig: Some(crate::source::MigInfo {
+                parent: parent as usize,
+                gpu_instance_id: gi,
+                compute_instance_id: 0,
+                slot: 0,
+                profile: "1g.10gb".into(),
+                mig_uuid: uuid.into(),
+                placement: None,
+            }),
+            ..gpu(parent)
+        }
+    }
+
+    impl Reshaping {
+        fn set(&self, entities: Vec<EntityInfo>) {
+            *self.now.lock().unwrap() = entities;
+        }
+    }
+
+    impl GpuSource for Reshaping {
+        fn describe(&self) -> String {
+            "reshaping".into()
+        }
+        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+            self.discoveries.fetch_add(1, Ordering::SeqCst);
+            self.discovered = self.now.lock().unwrap().clone();
+            Ok(Inventory {
+                driver_version: "1".into(),
+                nvml_version: "1".into(),
+                entities: self.discovered.clone(),
+            })
+        }
+        fn probe(&mut self) -> Result<(), ReadError> {
+            Ok(())
+        }
+        fn device_set_changed(&mut self) -> bool {
+            *self.now.lock().unwrap() != self.discovered
+        }
+        fn read(&mut self, e: usize, wanted: &[Quantity], out: &mut Vec<Result<Raw, ReadError>>) {
+            assert!(e < self.discovered.len());
+            self.reads += 1;
+            let kib = self.reads * (1 << 20);
+            out.clear();
+            out.extend(wanted.iter().map(|q| match q {
+                Quantity::NvlinkDataKib => Ok(Raw::U64(kib)),
+                _ => Err(ReadError::NotSupported),
+            }));
+        }
+        fn processes(&mut self, _: usize) -> Result<Vec<ProcessSample>, ReadError> {
+            Ok(Vec::new())
+        }
+        fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
+            Vec::new()
+        }
+    }
+
+    /// A sampler on `source` exporting one NVLink rate.
+    fn rate_sampler(source: &Reshaping) -> Sampler {
+        let (plan, _) =
+            crate::counters::plan("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n", "test.csv")
+                .unwrap();
+        Sampler::new(
+            Box::new(source.clone()),
+            Arc::new(plan),
+            SamplerOptions {
+                interval: Duration::from_secs(3600),
+                hostname: None,
+                replace_blanks_in_model_name: false,
+                process_metrics: false,
+            },
+            "".into(),
+        )
+    }
+
+    /// The MIG UUIDs (or GPU UUIDs) of a snapshot's entities.
+    fn names(snap: &Snapshot, s: &Sampler) -> Vec<String> {
+        let inv = &s.devices.as_ref().unwrap().inventory;
+        assert_eq!(inv.entities.len(), snap.entities.len());
+        inv.entities
+            .iter()
+            .map(|e| {
+                e.mig
+                    .as_ref()
+                    .map_or(e.uuid.clone(), |m| m.mig_uuid.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gpus_and_mig_instances_that_come_or_go_are_rediscovered_on_the_next_cycle_only() {
+        let source = Reshaping::default();
+        source.set(vec![gpu(0)]);
+        let mut s = rate_sampler(&source);
+        for _ in 0..5 {
+            s.cycle();
+        }
+        // Nothing changed: the one discovery at start.
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 1);
+        let generation = s.devices.as_ref().unwrap().generation;
+
+        source.set(vec![gpu(0), mig(0, 7, "MIG-a")]);
+        let snap = s.cycle();
+        assert_eq!(names(&snap, &s), ["GPU-0", "MIG-a"]);
+        // Attribution caches keyed by generation see a new inventory.
+        assert!(s.devices.as_ref().unwrap().generation > generation);
+
+        source.set(vec![gpu(0), gpu(1)]);
+        let snap = s.cycle();
+        assert_eq!(names(&snap, &s), ["GPU-0", "GPU-1"]);
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 3);
+        for _ in 0..3 {
+            s.cycle();
+        }
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_device_that_replaces_another_at_the_same_index_starts_fresh() {
+        let source = Reshaping::default();
+        source.set(vec![gpu(0)]);
+        let mut s = rate_sampler(&source);
+        let rate = 0;
+        s.cycle();
+        // The second reading gives the rate.
+        assert!(s.cycle().value(0, rate).is_some());
+        // Another GPU at index 0 (a MIG instance created again with the same GI is
+        // the same case: a new UUID at the same place).
+        let mut other = gpu(0);
+        other.uuid = "GPU-other".into();
+        source.set(vec![other]);
+        let snap = s.cycle();
+        assert_eq!(names(&snap, &s), ["GPU-other"]);
+        // Its first reading has no rate: the old GPU's last reading is not its own.
+        assert_eq!(snap.value(0, rate), None);
+        assert!(s.cycle().value(0, rate).is_some());
+    }
+
+    #[test]
+    fn a_node_whose_driver_lists_no_gpu_is_not_ready_until_gpus_appear() {
+        let source = Reshaping::default();
+        let mut s = rate_sampler(&source);
+        let store = Arc::new(SnapshotStore::new(Snapshot::empty(
+            Arc::new(ExportPlan::default()),
+            "".into(),
+        )));
+        let state = crate::http::AppState::new(store.clone(), Duration::from_secs(3600), false);
+        for _ in 0..3 {
+            store.store(Arc::new(s.cycle()));
+            let why = state.readiness(Instant::now()).unwrap_err();
+            assert!(why.contains("no GPU"), "{why}");
+        }
+        source.set(vec![gpu(0)]);
+        store.store(Arc::new(s.cycle()));
+        assert_eq!(state.readiness(Instant::now()), Ok(()));
+        assert_eq!(store.load().entities.len(), 1);
+    }
+
+    #[test]
+    fn rediscovery_names_the_gpus_and_mig_instances_that_came_and_went() {
+        let inv = |entities| Inventory {
+            driver_version: "1".into(),
+            nvml_version: "1".into(),
+            entities,
+        };
+        let (added, removed) = inventory_changes(
+            &inv(vec![gpu(0), mig(0, 7, "MIG-old")]),
+            &inv(vec![gpu(0), gpu(1), mig(0, 7, "MIG-new")]),
+        );
+        assert_eq!(added.len(), 2, "{added:?}");
+        assert!(added[0].contains("GPU-1") && added[1].contains("MIG-new"));
+        assert_eq!(removed.len(), 1);
+        assert!(removed[0].contains("MIG-old"));
     }
 
     /// A sampler on `source` whose discovery backoff never comes due within a test: only

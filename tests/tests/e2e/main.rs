@@ -37,5 +37,6 @@ mod promtool;
 mod protobuf;
 mod rbac;
 mod readiness;
+mod reenumeration;
 mod soak;
 mod web_config;
