@@ -3,7 +3,9 @@
 //! columns trimmed, standard CSV quoting. The result is an [`ExportPlan`]: which fields
 //! become metric families, in file order, and which become labels.
 
-use crate::catalog::{self, Convert, FieldSource, LabelField, Nature, Quantity, Scope};
+use crate::catalog::{
+    self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope,
+};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -46,6 +48,8 @@ pub enum MetricKind {
     },
     /// `DCGM_FI_DEV_XID_ERRORS`: last XID seen.
     LastXid,
+    /// A `DCGM_EXP_*` collector: its series carry their own labels.
+    Exporter(ExporterField),
 }
 
 /// What the exporter will export, decided once at startup.
@@ -67,7 +71,7 @@ impl ExportPlan {
                 MetricKind::Value {
                     quantity, scope, ..
                 } => Some((quantity, scope)),
-                MetricKind::LastXid => None,
+                MetricKind::LastXid | MetricKind::Exporter(_) => None,
             })
             .collect();
         v.sort_by_key(|(q, _)| *q);
@@ -273,6 +277,25 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                 metric_type: MetricType::Gauge,
                 kind: MetricKind::LastXid,
             }),
+            (FieldSource::Exporter(x), declared) => {
+                // dcgm-exporter declares these `counter`, but windowed counts fall as
+                // the window slides and the health status is an enum.
+                if declared != DeclaredType::Gauge {
+                    warnings.push(PlanWarning {
+                        line,
+                        message: format!(
+                            "{name} is declared {ty} but can go down; exported as gauge"
+                        ),
+                        notice: true,
+                    });
+                }
+                plan.metrics.push(MetricField {
+                    name: def.name,
+                    help: help.to_string(),
+                    metric_type: MetricType::Gauge,
+                    kind: MetricKind::Exporter(x),
+                });
+            }
             (
                 FieldSource::Value {
                     quantity,
@@ -355,6 +378,23 @@ mod tests {
             .find(|m| m.name == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
             .unwrap();
         assert_eq!(energy.metric_type, MetricType::Counter);
+    }
+
+    /// The list the kustomize base and the Helm chart deploy plans whole, the health
+    /// rows included (a help text with an unquoted comma would stop every exporter).
+    #[test]
+    fn the_deployed_list_plans_its_health_rows() {
+        let text = include_str!("../../deploy/base/exporter/counters.csv");
+        let (p, _) = plan(text, "counters.csv").unwrap();
+        for name in [
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            "DCGM_FI_DEV_ECC_PENDING",
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            "DCGM_EXP_GPU_HEALTH_STATUS",
+        ] {
+            assert!(p.metrics.iter().any(|m| m.name == name), "{name}");
+        }
     }
 
     #[test]

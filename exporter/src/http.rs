@@ -93,10 +93,12 @@ impl AppState {
                 age.as_secs_f64(),
                 self.max_age().as_secs_f64()
             )),
-            // While the driver is down the snapshot lists no device; staleness, above,
-            // says so after its grace.
+            // The driver answers but lists no GPU (or --devices selects none): nothing to
+            // serve; the sampler keeps enumerating and the node turns ready when GPUs
+            // appear. While the driver is down the snapshot lists no device either;
+            // staleness, above, says so after its grace.
             Some(_) if snap.source_up && snap.entities.is_empty() => Err(
-                "no GPU to report: NVML lists none on this node, or --devices selects none".into(),
+                "no GPU to report: the GPU driver answers but lists no GPU, or --devices selects none".into(),
             ),
             Some(_) if snap.source_up && !snap.entities.iter().any(|e| e.up) => {
                 Err("every GPU is lost (fallen off the bus)".into())
@@ -600,6 +602,7 @@ mod health_tests {
             xids: Default::default(),
             processes: Vec::new(),
             shares: Vec::new(),
+            exporter: None,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod counters;
 pub mod demo;
 pub mod encode;
 pub mod error;
+pub mod health;
 pub mod hpc;
 pub mod http;
 pub mod plan_reload;
@@ -269,7 +270,12 @@ pub fn run(cli: Cli) -> Result<()> {
         plan.clone(),
         build_labels.clone(),
     )));
-    let mut sampler = Sampler::new(source, plan, opts, build_labels).with_plan_updates(plan_handle);
+    let mut sampler = Sampler::new(source, plan, opts, build_labels)
+        .with_plan_updates(plan_handle)
+        .with_count_windows(
+            std::time::Duration::from_millis(cli.xid_count_window_size),
+            std::time::Duration::from_millis(cli.clock_events_count_window_size),
+        );
     if let Some(k8s) = &k8s_opts {
         sampler = sampler.with_attribution(start_attribution(k8s, runtime.handle()));
     }

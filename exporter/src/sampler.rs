@@ -11,15 +11,24 @@
 //!   the data is back within two cycles of the driver. A probe that passes before a
 //!   discovery that fails is not trusted again until the discovery backoff is due, so a
 //!   half-working driver costs one discovery per backoff, not one per cycle.
+//! - While the driver is up, every cycle asks the source whether the device set changed
+//!   ([`GpuSource::device_set_changed`]: GPUs or MIG instances that came or went); if so
+//!   it discovers again at once, logs what came and went, and starts a new inventory
+//!   generation, so no per-entity state (rates, XIDs, pod holdings) carries over to a
+//!   device that merely took another's place. A driver that lists no GPU is asked every
+//!   cycle too, and `/readyz` says not ready until GPUs appear.
 
 use crate::attribution::Attributor;
 use crate::attribution::assign::{Holder, Holding, Holdings, split_owned, split_proportional};
 use crate::attribution::pods::PodDirectory;
-use crate::catalog::{Convert, Quantity, Scope};
+use crate::catalog::{Convert, ExporterField, Quantity, Scope};
 use crate::counters::{ExportPlan, MetricKind};
+use crate::health::{self, CounterHistory, Window};
 use crate::hpc::HpcJobs;
 use crate::plan_reload::PlanHandle;
-use crate::snapshot::{EntitySnapshot, Snapshot, SnapshotStore, Value, XidStat, push_label};
+use crate::snapshot::{
+    EntitySnapshot, ExporterValues, Snapshot, SnapshotStore, Value, XidStat, push_label,
+};
 use crate::snapshot::{LinkSnapshot, PodRef, PodShare, ProcessSnapshot};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
 use arc_swap::ArcSwap;
@@ -234,6 +243,8 @@ struct Devices {
     processes: Vec<Vec<ProcessSample>>,
     /// This cycle's process list of the entity was read.
     processes_read: Vec<bool>,
+    /// Per entity: the windows of dcgm-exporter's own collectors (physical GPUs only).
+    windows: Vec<GpuWindows>,
     /// NVLinks of the GPUs, GPU by GPU, when link-scoped fields are planned.
     links: Vec<LinkSlot>,
     /// This cycle's readings per link.
@@ -243,6 +254,35 @@ struct Devices {
     link_unsupported: Vec<[bool; Quantity::COUNT]>,
     /// Previous raw reading of link rate fields: (link, metric) → (value, when).
     link_previous: HashMap<(usize, usize), (f64, Instant)>,
+}
+
+/// The trailing windows of one GPU.
+struct GpuWindows {
+    /// XID codes, when each was reported (a MIG instance's count on its GPU).
+    xids: Window<u64>,
+    /// Clock-event reason masks of the cycles that had any reason set.
+    clock_events: Window<u64>,
+    /// PCIe replays and the four NVLink error counters, for the health watches.
+    counters: CounterHistory<5>,
+}
+
+/// The default of dcgm-exporter's `-x` and `--clock-events-count-window-size`.
+pub const DEFAULT_COUNT_WINDOW: Duration = Duration::from_secs(300);
+
+/// Which `DCGM_EXP_*` collectors the plan has, and their windows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExporterCollectors {
+    pub xid_count: bool,
+    pub clock_events_count: bool,
+    pub health: bool,
+    pub xid_window: Duration,
+    pub clock_events_window: Duration,
+}
+
+impl ExporterCollectors {
+    fn any(&self) -> bool {
+        self.xid_count || self.clock_events_count || self.health
+    }
 }
 
 /// Rebuild the label sets that depend on who holds what (`h`) and on the HPC jobs.
@@ -313,7 +353,13 @@ fn relabel(
 /// What a plan asks of the source: the distinct quantities with their scope and the
 /// metrics each feeds, and the metrics split per pod on shared devices.
 #[allow(clippy::type_complexity)]
-fn plan_tables(plan: &ExportPlan) -> (Vec<(Quantity, Scope, Vec<usize>)>, Vec<(usize, Split)>) {
+fn plan_tables(
+    plan: &ExportPlan,
+) -> (
+    Vec<(Quantity, Scope, Vec<usize>)>,
+    Vec<(usize, Split)>,
+    ExporterCollectors,
+) {
     let mut quantities: Vec<(Quantity, Scope, Vec<usize>)> = Vec::new();
     for (i, m) in plan.metrics.iter().enumerate() {
         if let MetricKind::Value {
@@ -324,6 +370,32 @@ fn plan_tables(plan: &ExportPlan) -> (Vec<(Quantity, Scope, Vec<usize>)>, Vec<(u
                 Some((_, _, idx)) => idx.push(i),
                 None => quantities.push((quantity, scope, vec![i])),
             }
+        }
+    }
+    let has = |x: ExporterField| {
+        plan.metrics
+            .iter()
+            .any(|m| m.kind == MetricKind::Exporter(x))
+    };
+    let exporter = ExporterCollectors {
+        xid_count: has(ExporterField::XidWindowCount),
+        clock_events_count: has(ExporterField::ClockEventWindowCount),
+        health: has(ExporterField::HealthStatus),
+        xid_window: DEFAULT_COUNT_WINDOW,
+        clock_events_window: DEFAULT_COUNT_WINDOW,
+    };
+    // What the collectors read besides the plan's own fields: read every cycle,
+    // exported only through them.
+    let mut extra: Vec<Quantity> = Vec::new();
+    if exporter.clock_events_count {
+        extra.push(Quantity::ClockEventReasons);
+    }
+    if exporter.health {
+        extra.extend(health::HEALTH_QUANTITIES);
+    }
+    for q in extra {
+        if !quantities.iter().any(|(x, _, _)| *x == q) {
+            quantities.push((q, Scope::Device, Vec::new()));
         }
     }
     let splits = plan
@@ -342,7 +414,7 @@ fn plan_tables(plan: &ExportPlan) -> (Vec<(Quantity, Scope, Vec<usize>)>, Vec<(u
             _ => None,
         })
         .collect();
-    (quantities, splits)
+    (quantities, splits, exporter)
 }
 
 pub struct Sampler {
@@ -377,6 +449,7 @@ pub struct Sampler {
     hpc_jobs: Option<Arc<ArcSwap<HpcJobs>>>,
     /// Reloaded plans (`--collectors`, `--configmap-data`), when reloading is on.
     plan_updates: Option<Arc<PlanHandle>>,
+    exporter: ExporterCollectors,
 }
 
 impl Sampler {
@@ -386,7 +459,7 @@ impl Sampler {
         opts: SamplerOptions,
         build_labels: Arc<str>,
     ) -> Sampler {
-        let (quantities, splits) = plan_tables(&plan);
+        let (quantities, splits, exporter) = plan_tables(&plan);
         let field_errors = vec![0; plan.metrics.len()];
         Sampler {
             source,
@@ -411,6 +484,7 @@ impl Sampler {
             process_pods: PodRefs::default(),
             hpc_jobs: None,
             plan_updates: None,
+            exporter,
         }
     }
 
@@ -424,7 +498,10 @@ impl Sampler {
     /// Serve `plan` from now on: the devices are discovered again for it (its label
     /// fields may differ), and per-field error counts start over.
     fn set_plan(&mut self, plan: Arc<ExportPlan>) {
-        let (quantities, splits) = plan_tables(&plan);
+        let (quantities, splits, mut exporter) = plan_tables(&plan);
+        exporter.xid_window = self.exporter.xid_window;
+        exporter.clock_events_window = self.exporter.clock_events_window;
+        self.exporter = exporter;
         self.field_errors = vec![0; plan.metrics.len()];
         self.quantities = quantities;
         self.splits = splits;
@@ -436,6 +513,14 @@ impl Sampler {
     /// Repeat each device's series per HPC job in `jobs` (`--hpc-job-mapping-dir`).
     pub fn with_hpc_jobs(mut self, jobs: Arc<ArcSwap<HpcJobs>>) -> Sampler {
         self.hpc_jobs = Some(jobs);
+        self
+    }
+
+    /// The windows of `DCGM_EXP_XID_ERRORS_COUNT` (`-x`) and
+    /// `DCGM_EXP_CLOCK_EVENTS_COUNT` (`--clock-events-count-window-size`).
+    pub fn with_count_windows(mut self, xid: Duration, clock_events: Duration) -> Sampler {
+        self.exporter.xid_window = xid;
+        self.exporter.clock_events_window = clock_events;
         self
     }
 
@@ -461,6 +546,15 @@ impl Sampler {
             mig_instances = inventory.entities.iter().filter(|e| e.mig.is_some()).count(),
             "discovered GPUs"
         );
+        if let Some(old) = &self.devices {
+            let (added, removed) = inventory_changes(&old.inventory, &inventory);
+            tracing::info!(?added, ?removed, "the GPU device set changed");
+        }
+        if inventory.entities.is_empty() {
+            tracing::warn!(
+                "the GPU driver answers but lists no GPU; not ready, enumerating again every cycle"
+            );
+        }
         self.discoveries += 1;
         let labels = entity_labels(&inventory, &self.plan, &self.opts);
         let links = self.discover_links(&inventory);
@@ -482,6 +576,13 @@ impl Sampler {
             readings: vec![Vec::new(); n],
             processes: vec![Vec::new(); n],
             processes_read: vec![false; n],
+            windows: (0..n)
+                .map(|_| GpuWindows {
+                    xids: Window::new(self.exporter.xid_window),
+                    clock_events: Window::new(self.exporter.clock_events_window),
+                    counters: CounterHistory::default(),
+                })
+                .collect(),
             link_readings: links.iter().map(|_| Vec::new()).collect(),
             links,
             link_unsupported: vec![[false; Quantity::COUNT]; n],
@@ -549,8 +650,12 @@ impl Sampler {
                 probed = self.source.probe().is_ok();
                 probed
             }
-            // A new MIG layout: a new inventory, right away.
-            Some(_) => self.source.layout_changed(),
+            // GPUs or MIG instances came or went: a new inventory, right away.
+            Some(_) => {
+                let changed = self.source.device_set_changed();
+                tracing::trace!(took = ?started.elapsed(), changed, "checked the device set");
+                changed
+            }
         };
         if rediscover && let Err(e) = self.discover() {
             self.driver_down(&e.to_string());
@@ -801,6 +906,15 @@ impl Sampler {
                 {
                     d.last_xid[mig.parent] = Some(ev.code);
                 }
+                if self.exporter.any() {
+                    let gpu = d.inventory.entities[ev.entity]
+                        .mig
+                        .as_ref()
+                        .map_or(ev.entity, |m| m.parent);
+                    if let Some(w) = d.windows.get_mut(gpu) {
+                        w.xids.push(Instant::now(), ev.code);
+                    }
+                }
                 let s = d.xids[ev.entity].entry(ev.code).or_insert(XidStat {
                     count: 0,
                     last_seen: ev.at,
@@ -850,6 +964,8 @@ impl Sampler {
                 for (i, m) in self.plan.metrics.iter().enumerate() {
                     snap.values[e * metrics + i] = match m.kind {
                         // The XID gauge belongs to physical GPUs, as in dcgm-exporter.
+                        // Rendered from the entity's own values (`exporter`).
+                        MetricKind::Exporter(_) => None,
                         MetricKind::LastXid => {
                             is_gpu.then(|| Value::Int(d.last_xid[e].map_or(0, |x| x as i64)))
                         }
@@ -909,6 +1025,15 @@ impl Sampler {
             } else {
                 Vec::new()
             };
+            let exporter = (is_gpu && self.exporter.any()).then(|| {
+                Box::new(exporter_values(
+                    &self.exporter,
+                    &mut d.windows[e],
+                    &d.readings[e],
+                    up,
+                    now,
+                ))
+            });
             snap.entities.push(EntitySnapshot {
                 labels: d.labels[e].clone(),
                 copies: d.copies[e].clone(),
@@ -918,6 +1043,7 @@ impl Sampler {
                 xids: d.xids[e].clone(),
                 processes,
                 shares,
+                exporter,
             });
         }
         // NVLinks of the GPUs that are up.
@@ -949,11 +1075,104 @@ impl Sampler {
                 }));
         }
         snap.allocations = d.allocation_labels.clone();
+        snap.xid_window_ms = self.exporter.xid_window.as_millis() as u64;
+        snap.clock_events_window_ms = self.exporter.clock_events_window.as_millis() as u64;
         if let Some(a) = self.attributor.as_mut() {
             a.end_cycle();
         }
         snap
     }
+}
+
+/// One GPU's `DCGM_EXP_*` values at `now`, from this cycle's readings and its windows.
+fn exporter_values(
+    c: &ExporterCollectors,
+    w: &mut GpuWindows,
+    readings: &[(Quantity, Raw)],
+    up: bool,
+    now: Instant,
+) -> ExporterValues {
+    let reading = |q: Quantity| {
+        readings
+            .iter()
+            .find(|(x, _)| *x == q)
+            .map(|(_, r)| r.as_f64() as u64)
+    };
+    let mut v = ExporterValues::default();
+    w.xids.expire(now);
+    for code in w.xids.values() {
+        *v.xid_window.entry(code).or_insert(0) += 1;
+    }
+    if c.clock_events_count {
+        // dcgm-exporter counts the samples (one per collect interval) with each reason
+        // set; cycles with no reason set count nothing, so only those are kept.
+        let known = health::CLOCK_EVENTS.iter().fold(0, |m, (bit, _)| m | bit);
+        if let Some(mask) = reading(Quantity::ClockEventReasons).map(|m| m & known)
+            && mask != 0
+            && up
+        {
+            w.clock_events.push(now, mask);
+        }
+        w.clock_events.expire(now);
+        for mask in w.clock_events.values() {
+            for (i, (bit, _)) in health::CLOCK_EVENTS.iter().enumerate() {
+                if mask & bit != 0 {
+                    v.clock_events_window[i] += 1;
+                }
+            }
+        }
+    }
+    if c.health {
+        use Quantity::*;
+        let counters = [
+            PcieReplayCounter,
+            NvlinkCrcFlitErrors,
+            NvlinkCrcDataErrors,
+            NvlinkReplayErrors,
+            NvlinkRecoveryErrors,
+        ]
+        .map(reading);
+        let up_by = if up {
+            Some(w.counters.record(now, counters.map(|c| c.unwrap_or(0))))
+        } else {
+            w.counters.clear();
+            None
+        };
+        v.health = Some(health::evaluate(&health::Signals {
+            readings,
+            xids: w.xids.values().collect(),
+            pcie_replays: counters[0].and(up_by.map(|u| u[0])),
+            nvlink_errors: counters[1..]
+                .iter()
+                .all(Option::is_some)
+                .then_some(up_by.map(|u| [u[1], u[2], u[3], u[4]]))
+                .flatten(),
+            lost: !up,
+        }));
+    }
+    v
+}
+
+/// What a rediscovery changed: the GPUs and MIG instances (by UUID) of `new` that `old`
+/// lacks, and those of `old` that `new` lacks.
+fn inventory_changes(old: &Inventory, new: &Inventory) -> (Vec<String>, Vec<String>) {
+    fn names(inv: &Inventory) -> Vec<String> {
+        inv.entities
+            .iter()
+            .map(|e| match &e.mig {
+                Some(m) => format!(
+                    "MIG {} (GPU {}, GI {}, {})",
+                    m.mig_uuid, e.gpu_index, m.gpu_instance_id, m.profile
+                ),
+                None if e.uuid.is_empty() => format!("GPU {} (lost)", e.gpu_index),
+                None => format!("GPU {} ({})", e.gpu_index, e.uuid),
+            })
+            .collect()
+    }
+    let (old, new) = (names(old), names(new));
+    let added = new.iter().filter(|n| !old.contains(n)).cloned().collect();
+    let removed = old.iter().filter(|n| !new.contains(n)).cloned().collect();
+    (added, removed)
 }
 
 /// Pod UID → the pod's [`PodRef`], for one generation of the pod directory: a process's
@@ -1214,6 +1433,209 @@ mod tests {
         fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
             Vec::new()
         }
+    }
+
+    /// A driver whose device set the test changes: `now` is what the driver lists,
+    /// checked against what the last discovery saw, as a real source compares layouts.
+    #[derive(Clone, Default)]
+    struct Reshaping {
+        now: Arc<std::sync::Mutex<Vec<EntityInfo>>>,
+        discovered: Vec<EntityInfo>,
+        discoveries: Arc<AtomicU32>,
+        /// An NVLink counter that advances by one GiB per read of any entity: forward
+        /// from one entity to the next, so a reading carried over would give a rate.
+        reads: u64,
+    }
+
+    fn gpu(index: u32) -> EntityInfo {
+        EntityInfo {
+            gpu_index: index,
+            uuid: format!("GPU-{index}"),
+            pci_bus_id: format!("00000000:0{index}:00.0"),
+            model_name: "NVIDIA H100 80GB HBM3".into(),
+            minor_number: Some(index),
+            mig: None,
+            labels: Default::default(),
+            lost: false,
+        }
+    }
+
+    fn mig(parent: u32, gi: u32, uuid: &str) -> EntityInfo {
+        EntityInfo {
+            mig: Some(crate::source::MigInfo {
+                parent: parent as usize,
+                gpu_instance_id: gi,
+                compute_instance_id: 0,
+                slot: 0,
+                profile: "1g.10gb".into(),
+                mig_uuid: uuid.into(),
+                placement: None,
+            }),
+            ..gpu(parent)
+        }
+    }
+
+    impl Reshaping {
+        fn set(&self, entities: Vec<EntityInfo>) {
+            *self.now.lock().unwrap() = entities;
+        }
+    }
+
+    impl GpuSource for Reshaping {
+        fn describe(&self) -> String {
+            "reshaping".into()
+        }
+        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+            self.discoveries.fetch_add(1, Ordering::SeqCst);
+            self.discovered = self.now.lock().unwrap().clone();
+            Ok(Inventory {
+                driver_version: "1".into(),
+                nvml_version: "1".into(),
+                entities: self.discovered.clone(),
+            })
+        }
+        fn probe(&mut self) -> Result<(), ReadError> {
+            Ok(())
+        }
+        fn device_set_changed(&mut self) -> bool {
+            *self.now.lock().unwrap() != self.discovered
+        }
+        fn read(&mut self, e: usize, wanted: &[Quantity], out: &mut Vec<Result<Raw, ReadError>>) {
+            assert!(e < self.discovered.len());
+            self.reads += 1;
+            let kib = self.reads * (1 << 20);
+            out.clear();
+            out.extend(wanted.iter().map(|q| match q {
+                Quantity::NvlinkDataKib => Ok(Raw::U64(kib)),
+                _ => Err(ReadError::NotSupported),
+            }));
+        }
+        fn processes(&mut self, _: usize) -> Result<Vec<ProcessSample>, ReadError> {
+            Ok(Vec::new())
+        }
+        fn xid_events(&mut self) -> Vec<crate::source::XidEvent> {
+            Vec::new()
+        }
+    }
+
+    /// A sampler on `source` exporting one NVLink rate.
+    fn rate_sampler(source: &Reshaping) -> Sampler {
+        let (plan, _) =
+            crate::counters::plan("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n", "test.csv")
+                .unwrap();
+        Sampler::new(
+            Box::new(source.clone()),
+            Arc::new(plan),
+            SamplerOptions {
+                interval: Duration::from_secs(3600),
+                hostname: None,
+                replace_blanks_in_model_name: false,
+                process_metrics: false,
+                pod_uid: false,
+                virtual_gpus: false,
+            },
+            "".into(),
+        )
+    }
+
+    /// The MIG UUIDs (or GPU UUIDs) of a snapshot's entities.
+    fn names(snap: &Snapshot, s: &Sampler) -> Vec<String> {
+        let inv = &s.devices.as_ref().unwrap().inventory;
+        assert_eq!(inv.entities.len(), snap.entities.len());
+        inv.entities
+            .iter()
+            .map(|e| {
+                e.mig
+                    .as_ref()
+                    .map_or(e.uuid.clone(), |m| m.mig_uuid.clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gpus_and_mig_instances_that_come_or_go_are_rediscovered_on_the_next_cycle_only() {
+        let source = Reshaping::default();
+        source.set(vec![gpu(0)]);
+        let mut s = rate_sampler(&source);
+        for _ in 0..5 {
+            s.cycle();
+        }
+        // Nothing changed: the one discovery at start.
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 1);
+        let generation = s.devices.as_ref().unwrap().generation;
+
+        source.set(vec![gpu(0), mig(0, 7, "MIG-a")]);
+        let snap = s.cycle();
+        assert_eq!(names(&snap, &s), ["GPU-0", "MIG-a"]);
+        // Attribution caches keyed by generation see a new inventory.
+        assert!(s.devices.as_ref().unwrap().generation > generation);
+
+        source.set(vec![gpu(0), gpu(1)]);
+        let snap = s.cycle();
+        assert_eq!(names(&snap, &s), ["GPU-0", "GPU-1"]);
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 3);
+        for _ in 0..3 {
+            s.cycle();
+        }
+        assert_eq!(source.discoveries.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_device_that_replaces_another_at_the_same_index_starts_fresh() {
+        let source = Reshaping::default();
+        source.set(vec![gpu(0)]);
+        let mut s = rate_sampler(&source);
+        let rate = 0;
+        s.cycle();
+        // The second reading gives the rate.
+        assert!(s.cycle().value(0, rate).is_some());
+        // Another GPU at index 0 (a MIG instance created again with the same GI is
+        // the same case: a new UUID at the same place).
+        let mut other = gpu(0);
+        other.uuid = "GPU-other".into();
+        source.set(vec![other]);
+        let snap = s.cycle();
+        assert_eq!(names(&snap, &s), ["GPU-other"]);
+        // Its first reading has no rate: the old GPU's last reading is not its own.
+        assert_eq!(snap.value(0, rate), None);
+        assert!(s.cycle().value(0, rate).is_some());
+    }
+
+    #[test]
+    fn a_node_whose_driver_lists_no_gpu_is_not_ready_until_gpus_appear() {
+        let source = Reshaping::default();
+        let mut s = rate_sampler(&source);
+        let store = Arc::new(SnapshotStore::new(Snapshot::empty(
+            Arc::new(ExportPlan::default()),
+            "".into(),
+        )));
+        let state = crate::http::AppState::new(store.clone(), Duration::from_secs(3600), false);
+        for _ in 0..3 {
+            store.store(Arc::new(s.cycle()));
+            let why = state.readiness(Instant::now()).unwrap_err();
+            assert!(why.contains("no GPU"), "{why}");
+        }
+        source.set(vec![gpu(0)]);
+        store.store(Arc::new(s.cycle()));
+        assert_eq!(state.readiness(Instant::now()), Ok(()));
+        assert_eq!(store.load().entities.len(), 1);
+    }
+
+    #[test]
+    fn rediscovery_names_the_gpus_and_mig_instances_that_came_and_went() {
+        let inv = |entities| Inventory {
+            driver_version: "1".into(),
+            nvml_version: "1".into(),
+            entities,
+        };
+        let (added, removed) = inventory_changes(
+            &inv(vec![gpu(0), mig(0, 7, "MIG-old")]),
+            &inv(vec![gpu(0), gpu(1), mig(0, 7, "MIG-new")]),
+        );
+        assert_eq!(added.len(), 2, "{added:?}");
+        assert!(added[0].contains("GPU-1") && added[1].contains("MIG-new"));
+        assert_eq!(removed.len(), 1);
+        assert!(removed[0].contains("MIG-old"));
     }
 
     /// A sampler on `source` whose discovery backoff never comes due within a test: only
@@ -1983,6 +2405,211 @@ mod tests {
             3,
             "the running plan stays"
         );
+    }
+}
+
+#[cfg(test)]
+mod exporter_collector_tests {
+    use super::*;
+    use crate::source::XidEvent;
+
+    fn collectors(window: Duration) -> ExporterCollectors {
+        ExporterCollectors {
+            xid_count: true,
+            clock_events_count: true,
+            health: true,
+            xid_window: window,
+            clock_events_window: window,
+        }
+    }
+
+    fn windows(window: Duration) -> GpuWindows {
+        GpuWindows {
+            xids: Window::new(window),
+            clock_events: Window::new(window),
+            counters: CounterHistory::default(),
+        }
+    }
+
+    #[test]
+    fn windowed_counts_count_what_the_window_holds_and_forget_the_rest() {
+        let window = Duration::from_secs(10);
+        let c = collectors(window);
+        let mut w = windows(window);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        w.xids.push(at(0), 79);
+        w.xids.push(at(4), 13);
+        w.xids.push(at(5), 13);
+        let throttled = [(Quantity::ClockEventReasons, Raw::U64(0x4 | 0x40))];
+        let idle = [(Quantity::ClockEventReasons, Raw::U64(0x1))];
+        let none = [(Quantity::ClockEventReasons, Raw::U64(0))];
+        exporter_values(&c, &mut w, &throttled, true, at(1));
+        exporter_values(&c, &mut w, &none, true, at(2));
+        exporter_values(&c, &mut w, &throttled, true, at(3));
+        let v = exporter_values(&c, &mut w, &idle, true, at(6));
+        assert_eq!(v.xid_window, BTreeMap::from([(13, 2), (79, 1)]));
+        let count = |name: &str| {
+            let i = health::CLOCK_EVENTS
+                .iter()
+                .position(|(_, n)| *n == name)
+                .unwrap();
+            v.clock_events_window[i]
+        };
+        assert_eq!(
+            (count("power_cap"), count("hw_thermal"), count("gpu_idle")),
+            (2, 2, 1)
+        );
+        assert_eq!(count("sw_thermal"), 0);
+        // Eleven seconds on, XID 79 and the first throttled cycle have left the window.
+        let v = exporter_values(&c, &mut w, &none, true, at(12));
+        assert_eq!(v.xid_window, BTreeMap::from([(13, 2)]));
+        assert_eq!(v.clock_events_window.iter().sum::<u64>(), 2 + 1);
+        let health = v.health.unwrap();
+        assert_eq!(health[5].code, "DCGM_FR_OK", "XID 79 left the window");
+        // A lost GPU fails ALL whatever the windows hold.
+        let v = exporter_values(&c, &mut w, &[], false, at(13));
+        assert_eq!(v.health.unwrap()[5].code, "DCGM_FR_FALLEN_OFF_BUS");
+    }
+
+    /// One GPU with one MIG instance; each cycle reports the XIDs queued for it.
+    #[derive(Default)]
+    struct OneGpuState {
+        xids: Vec<XidEvent>,
+        remap_pending: u64,
+    }
+
+    #[derive(Clone, Default)]
+    struct OneGpu(Arc<std::sync::Mutex<OneGpuState>>);
+
+    impl GpuSource for OneGpu {
+        fn describe(&self) -> String {
+            "one GPU".into()
+        }
+        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+            let gpu = EntityInfo {
+                gpu_index: 0,
+                uuid: "GPU-0".into(),
+                pci_bus_id: "00000000:01:00.0".into(),
+                model_name: "NVIDIA H100 80GB HBM3".into(),
+                minor_number: Some(0),
+                mig: None,
+                labels: Default::default(),
+                lost: false,
+            };
+            let mut mig = gpu.clone();
+            mig.mig = Some(crate::source::MigInfo {
+                parent: 0,
+                gpu_instance_id: 2,
+                compute_instance_id: 0,
+                slot: 0,
+                profile: "3g.40gb".into(),
+                mig_uuid: "MIG-0".into(),
+                placement: None,
+            });
+            Ok(Inventory {
+                driver_version: "1".into(),
+                nvml_version: "1".into(),
+                entities: vec![gpu, mig],
+            })
+        }
+        fn probe(&mut self) -> Result<(), ReadError> {
+            Ok(())
+        }
+        fn read(&mut self, _: usize, wanted: &[Quantity], out: &mut Vec<Result<Raw, ReadError>>) {
+            out.clear();
+            out.extend(wanted.iter().map(|q| match q {
+                Quantity::RemapPending => Ok(Raw::U64(self.0.lock().unwrap().remap_pending)),
+                Quantity::ClockEventReasons => Ok(Raw::U64(0x80)),
+                _ => Err(ReadError::NotSupported),
+            }));
+        }
+        fn processes(&mut self, _: usize) -> Result<Vec<ProcessSample>, ReadError> {
+            Ok(Vec::new())
+        }
+        fn xid_events(&mut self) -> Vec<XidEvent> {
+            std::mem::take(&mut self.0.lock().unwrap().xids)
+        }
+    }
+
+    fn text(snap: &Snapshot) -> String {
+        let mut out = Vec::new();
+        crate::encode::render_device_families(snap, crate::encode::Format::Text, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_exp_families_carry_dcgm_labels_and_a_mig_xid_counts_on_its_gpu() {
+        let (plan, warnings) = crate::counters::plan(
+            "DCGM_EXP_XID_ERRORS_COUNT, counter, xids\nDCGM_EXP_CLOCK_EVENTS_COUNT, counter, clocks\nDCGM_EXP_GPU_HEALTH_STATUS, counter, health\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            warnings.len(),
+            3,
+            "each declared counter is noted: {warnings:?}"
+        );
+        let source = OneGpu::default();
+        let mut s = Sampler::new(
+            Box::new(source.clone()),
+            Arc::new(plan),
+            SamplerOptions {
+                interval: Duration::from_secs(3600),
+                hostname: None,
+                replace_blanks_in_model_name: false,
+                process_metrics: false,
+                pod_uid: false,
+                virtual_gpus: false,
+            },
+            "".into(),
+        )
+        .with_count_windows(Duration::from_millis(60_000), Duration::from_millis(1234));
+        let first = text(&s.cycle());
+        let gpu = r#"gpu="0",UUID="GPU-0",pci_bus_id="00000000:01:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3""#;
+        // Nothing yet: one zero series per GPU, none for the MIG instance.
+        assert!(
+            first.contains(&format!(
+                "DCGM_EXP_XID_ERRORS_COUNT{{{gpu},window_size_in_ms=\"60000\"}} 0\n"
+            )),
+            "{first}"
+        );
+        assert_eq!(first.matches("DCGM_EXP_XID_ERRORS_COUNT{").count(), 1);
+        assert!(first.contains(&format!(
+            "DCGM_EXP_CLOCK_EVENTS_COUNT{{{gpu},clock_event=\"hw_power_brake\",window_size_in_ms=\"1234\"}} 1\n"
+        )));
+        assert!(first.contains(&format!(
+            "DCGM_EXP_GPU_HEALTH_STATUS{{{gpu},health_error_code=\"DCGM_FR_CLOCK_THROTTLE_POWER\",health_watch=\"POWER\"}} 10\n"
+        )));
+        assert!(first.contains(&format!(
+            "DCGM_EXP_GPU_HEALTH_STATUS{{{gpu},health_error_code=\"DCGM_FR_OK\",health_watch=\"MEM\"}} 0\n"
+        )));
+        assert!(first.contains("# TYPE DCGM_EXP_GPU_HEALTH_STATUS gauge\n"));
+        // XIDs on the MIG instance (entity 1) count on its GPU; a pending remap warns.
+        let mut src = source.0.lock().unwrap();
+        for code in [31, 31, 43] {
+            src.xids.push(XidEvent {
+                entity: 1,
+                code,
+                at: SystemTime::now(),
+            });
+        }
+        src.remap_pending = 1;
+        drop(src);
+        let second = text(&s.cycle());
+        assert!(
+            second.contains(&format!(
+                "DCGM_EXP_XID_ERRORS_COUNT{{{gpu},window_size_in_ms=\"60000\",xid=\"31\"}} 2\n"
+            )),
+            "{second}"
+        );
+        assert!(second.contains(&format!(
+            "DCGM_EXP_XID_ERRORS_COUNT{{{gpu},window_size_in_ms=\"60000\",xid=\"43\"}} 1\n"
+        )));
+        assert!(!second.contains("window_size_in_ms=\"60000\"} 0"));
+        assert!(second.contains(&format!(
+            "DCGM_EXP_GPU_HEALTH_STATUS{{{gpu},health_error_code=\"DCGM_FR_PENDING_ROW_REMAP\",health_watch=\"MEM\"}} 10\n"
+        )));
     }
 }
 

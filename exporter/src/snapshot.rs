@@ -92,6 +92,20 @@ pub struct EntitySnapshot {
     /// Per-pod shares of a shared device: for the split metrics, these series come
     /// first and the entity's own series carries what no pod's processes used.
     pub shares: Vec<PodShare>,
+    /// The `DCGM_EXP_*` values of a physical GPU, when the plan has any.
+    pub exporter: Option<Box<ExporterValues>>,
+}
+
+/// One GPU's values for dcgm-exporter's own collectors.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExporterValues {
+    /// XIDs per code in the XID window.
+    pub xid_window: BTreeMap<u64, u64>,
+    /// Cycles in the clock-events window with each reason of
+    /// [`crate::health::CLOCK_EVENTS`] set.
+    pub clock_events_window: [u64; crate::health::CLOCK_EVENTS.len()],
+    /// The health verdicts, per [`crate::health::WATCHES`].
+    pub health: Option<crate::health::Health>,
 }
 
 /// A process on a GPU or MIG instance.
@@ -163,6 +177,10 @@ pub struct Snapshot {
     pub build_labels: Arc<str>,
     /// How the last counters reload went, when reloading is on.
     pub config_reload: Option<crate::plan_reload::ReloadStatus>,
+    /// The `window_size_in_ms` of `DCGM_EXP_XID_ERRORS_COUNT` and
+    /// `DCGM_EXP_CLOCK_EVENTS_COUNT`.
+    pub xid_window_ms: u64,
+    pub clock_events_window_ms: u64,
     /// The cached part of the body, once per format and with or without the device
     /// families (see `encode::cached_part`).
     pub(crate) rendered: [RenderCache; RENDER_SLOTS],
@@ -192,6 +210,8 @@ impl Snapshot {
             attribution: None,
             build_labels,
             config_reload: None,
+            xid_window_ms: 0,
+            clock_events_window_ms: 0,
             rendered: Default::default(),
         }
     }

@@ -412,7 +412,8 @@ pub unsafe extern "C" fn nvmlDeviceGetDynamicPstatesInfo(
     device_call(device, |d| out.set(dynamic_pstates(d)?))
 }
 
-/// ECC on, now and after reboot, unless the scenario marks ECC unsupported.
+/// ECC on, now and after reboot, unless the scenario marks ECC unsupported or a fault
+/// makes a mode change pending.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     device: nvmlDevice_t,
@@ -423,12 +424,19 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
     let (a, b) = unsafe { (Out::new(current), Out::new(pending)) };
     device_call(device, |d| {
-        d.reading(Capability::Ecc)?;
+        let r = d.reading(Capability::Ecc)?;
         if a.is_null() || b.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        a.set(nvmlEnableState_enum_NVML_FEATURE_ENABLED)?;
-        b.set(nvmlEnableState_enum_NVML_FEATURE_ENABLED)
+        let mode = |on: bool| {
+            if on {
+                nvmlEnableState_enum_NVML_FEATURE_ENABLED
+            } else {
+                nvmlEnableState_enum_NVML_FEATURE_DISABLED
+            }
+        };
+        a.set(mode(r.ecc_mode_current))?;
+        b.set(mode(r.ecc_mode_pending))
     })
 }
 

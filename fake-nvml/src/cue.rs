@@ -16,7 +16,7 @@
 //! looked at no more than every [`CHECK_EVERY`], so a busy client does not pay a
 //! `stat` per call.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -57,16 +57,51 @@ pub fn parse(text: &str) -> Result<Cue, String> {
     }
 }
 
-struct State {
+/// A cue file looked at no more than every [`CHECK_EVERY`], and read again only when
+/// its modification time or size changed.
+pub(crate) struct Watched {
     checked: Option<Instant>,
     seen: Option<(SystemTime, u64)>,
+}
+
+impl Watched {
+    pub(crate) const fn new() -> Watched {
+        Watched {
+            checked: None,
+            seen: None,
+        }
+    }
+
+    /// The file's text (empty when it is missing) when it changed since the last look;
+    /// `None` when it did not, or when it is not time to look.
+    pub(crate) fn changed(&mut self, path: &Path) -> Option<String> {
+        if self.checked.is_some_and(|at| at.elapsed() < CHECK_EVERY) {
+            return None;
+        }
+        self.checked = Some(Instant::now());
+        let meta = std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        if meta == self.seen {
+            return None;
+        }
+        self.seen = meta;
+        Some(if meta.is_some() {
+            std::fs::read_to_string(path).unwrap_or_default()
+        } else {
+            String::new()
+        })
+    }
+}
+
+struct State {
+    file: Watched,
     cue: Cue,
     reported: Option<String>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
-    checked: None,
-    seen: None,
+    file: Watched::new(),
     cue: Cue::None,
     reported: None,
 });
@@ -81,21 +116,8 @@ pub fn current() -> Cue {
         return Cue::None;
     };
     let mut s = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    if s.checked.is_some_and(|at| at.elapsed() < CHECK_EVERY) {
+    let Some(text) = s.file.changed(&path) else {
         return s.cue;
-    }
-    s.checked = Some(Instant::now());
-    let meta = std::fs::metadata(&path)
-        .ok()
-        .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
-    if meta == s.seen {
-        return s.cue;
-    }
-    s.seen = meta;
-    let text = if meta.is_some() {
-        std::fs::read_to_string(&path).unwrap_or_default()
-    } else {
-        String::new()
     };
     s.cue = match parse(&text) {
         Ok(c) => c,

@@ -26,6 +26,21 @@ fn nvlink(d: &Dev) -> Result<(), nvmlReturn_t> {
     Ok(())
 }
 
+/// The first driver branch that answers `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (field
+/// 230): R570, the branch that introduced XID 154 "GPU recovery action changed"
+/// (believed from NVIDIA's XID catalogue; not checked on a real driver). Older drivers
+/// answer `NOT_SUPPORTED` for an ID they do not know.
+pub const RECOVERY_ACTION_DRIVER: u32 = 570;
+
+/// The major branch of the simulated driver (`"580.82.07"` → 580; 0 if unparsable).
+fn driver_major(d: &Dev) -> u32 {
+    let v = &d.node().driver_version;
+    v.split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The value of one field, or the per-field return code.
 fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlReturn_t> {
     use Value::{U32, U64};
@@ -118,8 +133,13 @@ fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlRetu
             nvlink(d)?;
             U32(d.gpu.model.board.nvlink_version)
         }
-        NVML_FI_DEV_ECC_CURRENT | NVML_FI_DEV_ECC_PENDING => {
-            need(Capability::Ecc).map(|_| U32(1))?
+        NVML_FI_DEV_ECC_CURRENT => need(Capability::Ecc).map(|_| U32(r.ecc_mode_current.into()))?,
+        NVML_FI_DEV_ECC_PENDING => need(Capability::Ecc).map(|_| U32(r.ecc_mode_pending.into()))?,
+        NVML_FI_DEV_GET_GPU_RECOVERY_ACTION => {
+            if driver_major(d) < RECOVERY_ACTION_DRIVER {
+                return Err(NOT_SUPPORTED);
+            }
+            U32(r.recovery_action)
         }
         NVML_FI_DEV_PCIE_REPLAY_COUNTER => {
             need(Capability::PcieReplay).map(|_| U64(r.pcie_replay))?

@@ -73,6 +73,10 @@
 //!   `slow=MS`, `not_loaded`, or nothing) switches a driver fault on and off while the
 //!   process runs (looked at every 10 ms at most), so fault tests can time recovery
 //!   from the instant they end a fault (`cue.rs`).
+//! - `GPU_SIM_DEVICES_FILE`: a cue file of `gpus=N` and `mig.G=I,J` lines that makes the
+//!   scenario's GPUs and MIG instances appear and go while the process runs, as GPUs
+//!   added or lost and MIG instances created or destroyed do on a real node
+//!   (`devices.rs`).
 //!
 //! ## Faults and errors
 //! - `init_failure`: `nvmlInit*` returns `NVML_ERROR_DRIVER_NOT_LOADED`.
@@ -113,6 +117,7 @@ mod calls;
 mod clocks;
 mod cue;
 mod device;
+mod devices;
 mod events;
 mod fans;
 mod ffi;
@@ -132,4 +137,5 @@ mod unsupported;
 mod vgpu;
 
 pub use calls::CALL_COUNTS_ENV;
+pub use devices::DEVICES_FILE_ENV;
 pub use state::{DEFAULT_SCENARIO, FROZEN_ENV, SCENARIO_ENV};

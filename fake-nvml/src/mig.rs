@@ -2,7 +2,8 @@
 //! existing GPU instance's profile and placement.
 //!
 //! A MIG-enabled GPU has its instances in slots 0..n of its seven MIG device slots;
-//! slots n..7 are empty (`NOT_FOUND`). Each instance has one compute instance.
+//! slots n..7 are empty (`NOT_FOUND`). Each instance has one compute instance. The
+//! instances are those of the scenario that exist now (`devices.rs`), in its order.
 
 use crate::ffi::{
     ARGUMENT_VERSION_MISMATCH, GPU_IS_LOST, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED, Out,
@@ -78,10 +79,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         if index >= MAX_MIG_DEVICES {
             return Err(INVALID_ARGUMENT);
         }
-        if index as usize >= d.gpu.mig.len() {
-            return Err(NOT_FOUND);
-        }
-        out.set(handle(d.index, Some(index as usize)))
+        let position = crate::devices::with(|set| {
+            (0..d.gpu.mig.len())
+                .filter(|&m| set.mig_exists(d.index, m))
+                .nth(index as usize)
+        })
+        .ok_or(NOT_FOUND)?;
+        out.set(handle(d.index, Some(position)))
     })
 }
 

@@ -97,6 +97,9 @@ impl<T> Registry<T> {
 /// One loaded scenario and the objects clients created while it was loaded.
 pub(crate) struct Sim {
     pub node: SimNode,
+    /// GPUs this initialisation enumerated: the first N of the scenario's
+    /// (`GPU_SIM_DEVICES_FILE`, read at init as a driver enumerates at init).
+    pub gpu_count: u32,
     /// Every XID of the scenario, in time order.
     pub xids: Vec<XidEvent>,
     pub event_sets: Registry<EventSet>,
@@ -115,10 +118,16 @@ impl Sim {
             return None;
         }
         let (gpu, slot) = (off / SLOTS_PER_GPU, off % SLOTS_PER_GPU);
+        if gpu >= self.gpu_count as usize {
+            return None;
+        }
         let g = self.node.gpus.get(gpu)?;
         let mig = match slot {
             0 => None,
-            s if s <= g.mig.len() => Some(s - 1),
+            // A destroyed MIG instance's handle is no handle any more.
+            s if s <= g.mig.len() && crate::devices::with(|d| d.mig_exists(gpu as u32, s - 1)) => {
+                Some(s - 1)
+            }
             _ => return None,
         };
         Some((gpu as u32, mig))
@@ -223,7 +232,10 @@ fn load() -> Result<Sim, Ret> {
         )));
     }
     let xids = node.xids_between(f64::NEG_INFINITY, f64::INFINITY);
+    let gpu_count = crate::devices::with(|d| d.gpus)
+        .map_or(node.gpus.len(), |n| (n as usize).min(node.gpus.len())) as u32;
     Ok(Sim {
+        gpu_count,
         node,
         xids,
         event_sets: Registry::new(),
@@ -311,7 +323,8 @@ impl Dev<'_> {
 pub(crate) fn device_call(h: nvmlDevice_t, body: impl FnOnce(&Dev) -> Outcome) -> Ret {
     system_call(|sim, t| {
         let (index, mig) = sim.decode(h).ok_or(INVALID_ARGUMENT)?;
-        if sim.node.gpu_lost(index, t) {
+        // Lost in the scenario, or gone from the device-set cue since init.
+        if sim.node.gpu_lost(index, t) || !crate::devices::with(|d| d.gpu_exists(index)) {
             return Err(GPU_IS_LOST);
         }
         body(&Dev {

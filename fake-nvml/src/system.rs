@@ -99,7 +99,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> nvml
     crate::calls::count!("nvmlDeviceGetCount_v2");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(deviceCount) };
-    system_call(|sim, _| out.set(sim.node.gpus.len() as c_uint))
+    system_call(|sim, _| out.set(sim.gpu_count as c_uint))
 }
 
 #[unsafe(no_mangle)]
@@ -120,7 +120,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(device) };
     system_call(|sim, _| {
-        if index as usize >= sim.node.gpus.len() {
+        if index >= sim.gpu_count {
             return Err(INVALID_ARGUMENT);
         }
         out.set(handle(index, None))
@@ -139,7 +139,8 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
 
 /// The handle of the GPU or MIG device with this UUID (ASCII case-insensitive).
 fn by_uuid(sim: &state::Sim, uuid: &str) -> Option<nvmlDevice_t> {
-    sim.node.gpus.iter().enumerate().find_map(|(i, g)| {
+    let listed = &sim.node.gpus[..sim.gpu_count as usize];
+    listed.iter().enumerate().find_map(|(i, g)| {
         if g.uuid.eq_ignore_ascii_case(uuid) {
             return Some(handle(i as u32, None));
         }
@@ -147,7 +148,7 @@ fn by_uuid(sim: &state::Sim, uuid: &str) -> Option<nvmlDevice_t> {
             .mig
             .iter()
             .position(|m| m.uuid.eq_ignore_ascii_case(uuid))?;
-        Some(handle(i as u32, Some(m)))
+        crate::devices::with(|d| d.mig_exists(i as u32, m)).then(|| handle(i as u32, Some(m)))
     })
 }
 
@@ -181,9 +182,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     let out = unsafe { Out::new(device) };
     system_call(|sim, _| {
         let wanted = wanted.and_then(parse_bus_id).ok_or(INVALID_ARGUMENT)?;
-        let i = sim
-            .node
-            .gpus
+        let i = sim.node.gpus[..sim.gpu_count as usize]
             .iter()
             .position(|g| parse_bus_id(&g.pci_bus_id) == Some(wanted))
             .ok_or(NOT_FOUND)?;
@@ -214,9 +213,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleBySerial(
     let out = unsafe { Out::new(device) };
     system_call(|sim, _| {
         let wanted = wanted.ok_or(INVALID_ARGUMENT)?;
-        let i = sim
-            .node
-            .gpus
+        let i = sim.node.gpus[..sim.gpu_count as usize]
             .iter()
             .position(|g| g.serial == wanted)
             .ok_or(NOT_FOUND)?;

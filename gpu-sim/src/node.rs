@@ -118,6 +118,11 @@ pub struct GpuReading {
     pub remapped_uncorrectable: u64,
     pub remap_pending: bool,
     pub remap_failure: bool,
+    /// ECC mode now and after the next reboot (`nvmlDeviceGetEccMode`).
+    pub ecc_mode_current: bool,
+    pub ecc_mode_pending: bool,
+    /// `nvmlDeviceGpuRecoveryAction_t`: 0 none, 1 GPU reset, 2 node reboot...
+    pub recovery_action: u32,
     /// Cumulative NVLink data throughput, all links, KiB.
     pub nvlink_rx_kib: u64,
     pub nvlink_tx_kib: u64,
@@ -338,6 +343,15 @@ impl SimNode {
                     gpu_instance,
                     code,
                 }),
+                // The driver reports XID 154 ("GPU recovery action changed").
+                Fault::RecoveryAction { at_s, gpu, .. } if at_s > after_s && at_s <= up_to_s => {
+                    Some(XidEvent {
+                        at_s,
+                        gpu,
+                        gpu_instance: None,
+                        code: 154,
+                    })
+                }
                 _ => None,
             })
             .collect();
@@ -441,6 +455,9 @@ impl SimNode {
             remapped_uncorrectable: 0,
             remap_pending: false,
             remap_failure: false,
+            ecc_mode_current: true,
+            ecc_mode_pending: true,
+            recovery_action: 0,
             nvlink_rx_kib: (m.nvlink_peak_kib_s as f64 * 0.30 * u_int / 100.0).round() as u64,
             nvlink_tx_kib: (m.nvlink_peak_kib_s as f64 * 0.28 * u_int / 100.0).round() as u64,
             nvlink_errors: [0; 4],
@@ -481,11 +498,24 @@ impl SimNode {
                     correctable,
                     uncorrectable,
                     failure,
+                    pending,
                 } if g == gpu && at_s <= t => {
                     r.remapped_correctable += correctable;
                     r.remapped_uncorrectable += uncorrectable;
                     r.remap_failure |= failure;
+                    r.remap_pending |= pending;
                 }
+                // The latest action in force wins, as the driver keeps only one.
+                Fault::RecoveryAction {
+                    at_s,
+                    gpu: g,
+                    action,
+                } if g == gpu && at_s <= t => r.recovery_action = action,
+                Fault::EccModePending {
+                    at_s,
+                    gpu: g,
+                    enabled,
+                } if g == gpu && at_s <= t => r.ecc_mode_pending = enabled,
                 Fault::PcieReplay {
                     at_s,
                     gpu: g,
@@ -955,5 +985,54 @@ mod tests {
         assert_eq!(n.gpu_reading(0, 4.0).ecc_uncorrected_volatile, 0);
         assert_eq!(n.gpu_reading(0, 5.0).ecc_corrected_aggregate, 3);
         assert!(n.driver_available(19.0) && !n.driver_available(20.0) && n.driver_available(30.0));
+    }
+}
+
+#[cfg(test)]
+mod health_signal_tests {
+    use crate::{Scenario, SimNode};
+
+    fn node(faults: &str) -> SimNode {
+        let text = format!("[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\ncount = 2\n{faults}");
+        SimNode::new(
+            &Scenario::parse_toml(&text, "t").unwrap(),
+            std::time::SystemTime::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn a_recovery_action_holds_from_its_instant_and_raises_xid_154() {
+        let n = node(
+            "[[faults]]\nkind = \"recovery_action\"\nat_s = 5\ngpu = 1\naction = 4\n\
+             [[faults]]\nkind = \"recovery_action\"\nat_s = 9\ngpu = 1\naction = 0\n",
+        );
+        assert_eq!(n.gpu_reading(1, 4.0).recovery_action, 0);
+        assert_eq!(n.gpu_reading(1, 6.0).recovery_action, 4);
+        assert_eq!(n.gpu_reading(0, 6.0).recovery_action, 0);
+        // Cleared again (the GPU was reset): the later fault wins.
+        assert_eq!(n.gpu_reading(1, 10.0).recovery_action, 0);
+        let xids = n.xids_between(0.0, 6.0);
+        assert_eq!(xids.len(), 1);
+        assert_eq!((xids[0].gpu, xids[0].code), (1, 154));
+    }
+
+    #[test]
+    fn pending_remaps_and_ecc_mode_changes_follow_their_faults() {
+        let n = node(
+            "[[faults]]\nkind = \"row_remap\"\nat_s = 5\ngpu = 0\npending = true\n\
+             [[faults]]\nkind = \"ecc_mode_pending\"\nat_s = 5\ngpu = 1\nenabled = false\n",
+        );
+        let (before, after) = (n.gpu_reading(0, 1.0), n.gpu_reading(0, 6.0));
+        assert!(!before.remap_pending && after.remap_pending);
+        let r = n.gpu_reading(1, 6.0);
+        assert!(r.ecc_mode_current && !r.ecc_mode_pending);
+        assert!(n.gpu_reading(1, 1.0).ecc_mode_pending);
+    }
+
+    #[test]
+    fn an_unknown_recovery_action_is_refused() {
+        let text = "[[gpus]]\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[faults]]\nkind = \"recovery_action\"\nat_s = 1\ngpu = 0\naction = 9\n";
+        let e = Scenario::parse_toml(text, "t").unwrap_err().to_string();
+        assert!(e.contains("recovery action 9"), "{e}");
     }
 }

@@ -226,6 +226,10 @@ pub enum Fault {
         uncorrectable: u64,
         #[serde(default)]
         failure: bool,
+        /// A remapping waits for the next GPU reset (`isPending` of
+        /// `nvmlDeviceGetRemappedRows`, field 144) from `at_s` on.
+        #[serde(default)]
+        pending: bool,
     },
     /// PCIe link replays.
     PcieReplay { at_s: f64, gpu: u32, count: u64 },
@@ -236,6 +240,14 @@ pub enum Fault {
         gpu: u32,
         reasons: u64,
     },
+    /// The driver asks for a recovery action from `at_s` on
+    /// (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, value `nvmlDeviceGpuRecoveryAction_t`;
+    /// see [`Fault::RECOVERY_ACTIONS`]); a real driver reports XID 154 when it changes,
+    /// and so does the model.
+    RecoveryAction { at_s: f64, gpu: u32, action: u32 },
+    /// An ECC mode change is pending from `at_s` on: `nvmlDeviceGetEccMode`'s pending
+    /// mode (field 2) becomes `enabled` while the current mode stays until a reboot.
+    EccModePending { at_s: f64, gpu: u32, enabled: bool },
     /// Clocks held back by a performance policy for this long (ns) at this instant.
     Violation {
         at_s: f64,
@@ -277,6 +289,22 @@ pub enum Fault {
         /// `NVML_GPU_FABRIC_HEALTH_MASK_*` bits; absent = the board's healthy mask.
         health_mask: Option<u32>,
     },
+}
+
+/// Health signals of issue 17 (row-remap and ECC-mode pending, recovery action),
+/// kept in their own block.
+impl Fault {
+    /// The `nvmlDeviceGpuRecoveryAction_t` names, in value order (0 = none).
+    pub const RECOVERY_ACTIONS: [&'static str; 8] = [
+        "none",
+        "gpu_reset",
+        "node_reboot",
+        "drain_p2p",
+        "drain_and_reset",
+        "recover_imex_domain",
+        "bus_reset",
+        "system_reboot",
+    ];
 }
 
 /// NVML performance policies (`nvmlPerfPolicyType_t` order).
@@ -461,11 +489,21 @@ impl Scenario {
                 | Fault::PcieReplay { gpu, .. }
                 | Fault::Throttle { gpu, .. }
                 | Fault::Violation { gpu, .. }
+                | Fault::RecoveryAction { gpu, .. }
+                | Fault::EccModePending { gpu, .. }
                 | Fault::NvlinkDown { gpu, .. }
                 | Fault::NvlinkErrors { gpu, .. }
                 | Fault::Fabric { gpu, .. } => Some(*gpu),
                 _ => None,
             };
+            if let Fault::RecoveryAction { action, .. } = f
+                && *action as usize >= Fault::RECOVERY_ACTIONS.len()
+            {
+                return Err(bad(format!(
+                    "faults[{k}]: recovery action {action} is not an nvmlDeviceGpuRecoveryAction_t (0..={})",
+                    Fault::RECOVERY_ACTIONS.len() - 1
+                )));
+            }
             if let Some(gpu) = gpu
                 && gpu >= n
             {

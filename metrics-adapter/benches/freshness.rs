@@ -78,6 +78,7 @@ fn snapshot(plan: &Arc<counters::ExportPlan>, util: u64) -> Snapshot {
         last_xid: None,
         xids: Default::default(),
         processes: Vec::new(),
+        exporter: None,
         shares: Vec::new(),
     });
     snap.values = plan

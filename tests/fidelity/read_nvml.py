@@ -201,6 +201,11 @@ def read_gpu(index):
         "pcie_replay": read(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
         "ecc": ecc_totals(handle),
         "remapped_rows": remapped,
+        "ecc_mode": mapped(
+            read(pynvml.nvmlDeviceGetEccMode, handle),
+            lambda m: {"current": m[0], "pending": m[1]},
+        ),
+        "recovery_action": field_value(handle, pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
         "slowdown_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         "shutdown_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
         "gpu_max_op_temp": read(pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),

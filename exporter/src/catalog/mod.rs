@@ -68,6 +68,15 @@ pub enum Quantity {
     NvlinkDataKib,
     /// 0/1.
     VgpuLicensed,
+    // Health signals (issue 17 items 4 and 7).
+    /// ECC mode now and after the next reboot, 0/1 (fields 1 and 2).
+    EccModeCurrent,
+    EccModePending,
+    /// A row remapping waits for a GPU reset, 0/1 (field 144).
+    RemapPending,
+    /// `nvmlDeviceGpuRecoveryAction_t` (field 230): 0 none, 1 GPU reset, 2 node reboot,
+    /// 3 drain P2P, 4 drain and reset...
+    RecoveryAction,
     // Thermal limits, performance state, fans and the NVLink fabric (issue 17), kept
     // together so that other additions merge cleanly around them.
     /// °C, `nvmlDeviceGetTemperatureThreshold` (slowdown, shutdown, GPU and memory
@@ -181,6 +190,20 @@ pub enum FieldSource {
     Label(LabelField),
     /// Last XID seen, from the event stream.
     LastXid,
+    /// One of dcgm-exporter's own collectors (`DCGM_EXP_*`).
+    Exporter(ExporterField),
+}
+
+/// dcgm-exporter's exporter-side collectors this exporter serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExporterField {
+    /// `DCGM_EXP_XID_ERRORS_COUNT`: XIDs per code in the trailing `-x` window.
+    XidWindowCount,
+    /// `DCGM_EXP_CLOCK_EVENTS_COUNT`: cycles with each clock-event reason set in the
+    /// trailing `--clock-events-count-window-size` window.
+    ClockEventWindowCount,
+    /// `DCGM_EXP_GPU_HEALTH_STATUS`: per health watch, derived from NVML signals.
+    HealthStatus,
 }
 
 /// One servable field.
@@ -510,6 +533,47 @@ pub const FIELDS: &[FieldDef] = &[
         Device,
         Gauge,
     ),
+    // Health signals (issue 17 items 4 and 7).
+    v(
+        "DCGM_FI_DEV_ECC_CURRENT",
+        Q::EccModeCurrent,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_ECC_PENDING",
+        Q::EccModePending,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        Q::RemapPending,
+        Int,
+        Device,
+        Gauge,
+    ),
+    v(
+        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        Q::RecoveryAction,
+        Int,
+        Device,
+        Gauge,
+    ),
+    FieldDef {
+        name: "DCGM_EXP_XID_ERRORS_COUNT",
+        source: FieldSource::Exporter(ExporterField::XidWindowCount),
+    },
+    FieldDef {
+        name: "DCGM_EXP_CLOCK_EVENTS_COUNT",
+        source: FieldSource::Exporter(ExporterField::ClockEventWindowCount),
+    },
+    FieldDef {
+        name: "DCGM_EXP_GPU_HEALTH_STATUS",
+        source: FieldSource::Exporter(ExporterField::HealthStatus),
+    },
     v("DCGM_FI_DEV_PSTATE", Q::Pstate, Int, Device, Gauge),
     v("DCGM_FI_DEV_FAN_SPEED", Q::FanSpeed, Int, Device, Gauge),
     v(

@@ -16,7 +16,8 @@
 pub mod protobuf;
 pub mod xid;
 
-use crate::counters::{MetricKind, MetricType};
+use crate::catalog::ExporterField;
+use crate::counters::{MetricField, MetricKind, MetricType};
 use crate::snapshot::{RENDER_SLOTS, Snapshot, Value, escape_label_value};
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -439,6 +440,10 @@ pub fn render_device_families_prost(snap: &Snapshot, out: &mut Vec<u8>) {
 pub(crate) fn walk_device_families<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &mut S) {
     let metrics = &snap.plan.metrics;
     for (m, field) in metrics.iter().enumerate() {
+        if let MetricKind::Exporter(x) = field.kind {
+            exporter_family(snap, sink, field, x);
+            continue;
+        }
         if !(0..snap.entities.len()).any(|e| snap.value(e, m).is_some())
             && !(0..snap.links.len()).any(|l| snap.link_value(l, m).is_some())
         {
@@ -546,6 +551,78 @@ pub(crate) fn walk_device_families<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &m
             "Share of the device's SM utilisation used by a process, percent; shares sum to the device value.",
             |p| p.sm_util_percent.map(u64::from),
         );
+    }
+}
+
+/// A `DCGM_EXP_*` family, with dcgm-exporter's extra labels (byte-sorted, after the
+/// entity's): windowed counts on GPUs that answer, the health status on every GPU (a
+/// lost one fails `ALL`).
+fn exporter_family<'a, S: Sink<'a>>(
+    snap: &'a Snapshot,
+    sink: &mut S,
+    field: &MetricField,
+    x: ExporterField,
+) {
+    let shown = |e: &&crate::snapshot::EntitySnapshot| {
+        e.exporter.is_some() && (e.up || x == ExporterField::HealthStatus)
+    };
+    if !snap.entities.iter().any(|e| shown(&e)) {
+        return;
+    }
+    sink.family(field.name, field.metric_type, &field.help);
+    let count = |n: u64| Sample::Dcgm(Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+    for e in snap.entities.iter().filter(shown) {
+        let Some(v) = e.exporter.as_deref() else {
+            continue;
+        };
+        match x {
+            ExporterField::XidWindowCount => {
+                let window = snap.xid_window_ms.to_string();
+                if v.xid_window.is_empty() {
+                    sink.sample(&e.labels, &[("window_size_in_ms", &window)], count(0));
+                }
+                for (code, n) in &v.xid_window {
+                    let code = code.to_string();
+                    sink.sample(
+                        &e.labels,
+                        &[("window_size_in_ms", &window), ("xid", &code)],
+                        count(*n),
+                    );
+                }
+            }
+            ExporterField::ClockEventWindowCount => {
+                let window = snap.clock_events_window_ms.to_string();
+                let mut any = false;
+                for ((_, name), n) in crate::health::CLOCK_EVENTS
+                    .iter()
+                    .zip(v.clock_events_window)
+                    .filter(|(_, n)| *n > 0)
+                {
+                    any = true;
+                    sink.sample(
+                        &e.labels,
+                        &[("clock_event", name), ("window_size_in_ms", &window)],
+                        count(n),
+                    );
+                }
+                if !any {
+                    sink.sample(&e.labels, &[("window_size_in_ms", &window)], count(0));
+                }
+            }
+            ExporterField::HealthStatus => {
+                let Some(h) = &v.health else { continue };
+                for (watch, verdict) in crate::health::WATCHES.iter().zip(h) {
+                    if !e.up && *watch != "ALL" {
+                        continue;
+                    }
+                    sink.sample(
+                        &e.labels,
+                        &[("health_error_code", verdict.code), ("health_watch", watch)],
+                        count(verdict.result as u64),
+                    );
+                }
+            }
+        }
     }
 }
 

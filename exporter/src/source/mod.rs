@@ -212,9 +212,10 @@ pub trait GpuSource: Send {
     /// Processes running on one entity.
     fn processes(&mut self, entity: usize) -> Result<Vec<ProcessSample>, ReadError>;
 
-    /// Whether the devices changed shape since discovery (a MIG reconfiguration), so
-    /// the sampler must discover again. Called once per cycle; cheap.
-    fn layout_changed(&mut self) -> bool {
+    /// Whether the device set changed since discovery (GPUs that appeared or went, MIG
+    /// instances created or destroyed), so the sampler must discover again. Called
+    /// once per cycle while the driver is up, also when discovery found no GPU; cheap.
+    fn device_set_changed(&mut self) -> bool {
         false
     }
 

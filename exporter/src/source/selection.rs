@@ -237,8 +237,31 @@ impl GpuSource for Selected {
         }
     }
 
-    fn layout_changed(&mut self) -> bool {
-        self.inner.layout_changed()
+    fn device_set_changed(&mut self) -> bool {
+        self.inner.device_set_changed()
+    }
+
+    fn nvlinks(&mut self, entity: usize) -> u32 {
+        match self.inner_index.get(entity) {
+            Some(&inner) => self.inner.nvlinks(inner),
+            None => 0,
+        }
+    }
+
+    fn read_links(
+        &mut self,
+        entity: usize,
+        links: u32,
+        quantities: &[Quantity],
+        out: &mut Vec<Result<Raw, ReadError>>,
+    ) {
+        match self.inner_index.get(entity) {
+            Some(&inner) => self.inner.read_links(inner, links, quantities, out),
+            None => {
+                out.clear();
+                out.extend((0..links as usize * quantities.len()).map(|_| Err(ReadError::GpuLost)));
+            }
+        }
     }
 
     fn end_cycle(&mut self) {
@@ -360,6 +383,22 @@ mod tests {
         fn processes(&mut self, _: usize) -> Result<Vec<ProcessSample>, ReadError> {
             Ok(Vec::new())
         }
+        /// GPU `e` has `e + 4` links; each link reads as `e * 100 + link`.
+        fn nvlinks(&mut self, e: usize) -> u32 {
+            e as u32 + 4
+        }
+        fn read_links(
+            &mut self,
+            e: usize,
+            links: u32,
+            q: &[Quantity],
+            out: &mut Vec<Result<Raw, ReadError>>,
+        ) {
+            out.clear();
+            for link in 0..links as usize {
+                out.extend(q.iter().map(|_| Ok(Raw::U64((e * 100 + link) as u64))));
+            }
+        }
         fn xid_events(&mut self) -> Vec<XidEvent> {
             [(0, 13), (3, 43)]
                 .into_iter()
@@ -386,6 +425,20 @@ mod tests {
                 None => e.uuid.clone(),
             })
             .collect()
+    }
+
+    #[test]
+    fn links_are_asked_of_the_selected_gpu_not_of_its_position() {
+        // `g:1` serves GPU 1 as entity 0: its links are GPU 1's.
+        let (mut s, _) = selected("g:1");
+        assert_eq!(s.nvlinks(0), 5);
+        let mut out = Vec::new();
+        s.read_links(0, 2, &[Quantity::PowerUsage], &mut out);
+        assert_eq!(out, vec![Ok(Raw::U64(100)), Ok(Raw::U64(101))]);
+        // An entity the selection does not have has no links to read.
+        assert_eq!(s.nvlinks(7), 0);
+        s.read_links(7, 1, &[Quantity::PowerUsage], &mut out);
+        assert_eq!(out, vec![Err(ReadError::GpuLost)]);
     }
 
     #[test]

@@ -132,6 +132,10 @@ fn gpu_quantity(r: &GpuReading, q: Quantity) -> Result<Raw, ReadError> {
         NvlinkDataKib => u(r.nvlink_rx_kib + r.nvlink_tx_kib),
         // Bare-metal GPUs are not vGPU guests: unlicensed, as DCGM reports them.
         VgpuLicensed => u(0),
+        EccModeCurrent => u(r.ecc_mode_current.into()),
+        EccModePending => u(r.ecc_mode_pending.into()),
+        RemapPending => u(r.remap_pending.into()),
+        RecoveryAction => u(r.recovery_action.into()),
         _ => gpm_quantity(r.gpm.as_ref(), q),
     }
 }
@@ -264,7 +268,11 @@ fn capability(q: Quantity) -> Option<Capability> {
         | LowUtilViolation | ReliabilityViolation => Capability::Violations,
         EccSbeVolatile | EccDbeVolatile | EccSbeAggregate | EccDbeAggregate => Capability::Ecc,
         RetiredSbe | RetiredDbe | RetiredPending => Capability::RetiredPages,
-        RemappedCorrectable | RemappedUncorrectable | RemapFailure => Capability::RemappedRows,
+        RemappedCorrectable | RemappedUncorrectable | RemapFailure | RemapPending => {
+            Capability::RemappedRows
+        }
+        EccModeCurrent | EccModePending => Capability::Ecc,
+        RecoveryAction => return None,
         NvlinkCrcFlitErrors | NvlinkCrcDataErrors | NvlinkReplayErrors | NvlinkRecoveryErrors
         | NvlinkDataKib => Capability::Nvlink,
         VgpuLicensed => Capability::VgpuLicense,

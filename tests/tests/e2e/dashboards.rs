@@ -124,7 +124,7 @@ fn rules() -> Vec<Value> {
 }
 
 /// Write the PrometheusRule's spec as a rule file (JSON is YAML) into `dir`.
-fn write_rule_file(dir: &Path) -> PathBuf {
+pub(super) fn write_rule_file(dir: &Path) -> PathBuf {
     let path = dir.join(RULES_FILE_NAME);
     let spec = &prometheus_rule()["spec"];
     std::fs::write(&path, serde_json::to_string_pretty(spec).unwrap()).expect("write rules");
@@ -234,6 +234,7 @@ fn rules_are_labelled_and_annotated() {
                 // GPU alerts name the node and the GPU; exporter and adapter alerts the
                 // target (and its node when known) or the APIService.
                 let names = if group.starts_with("gpu-exporter.hardware")
+                    || group.starts_with("gpu-exporter.health")
                     || group.starts_with("gpu-exporter.waste")
                 {
                     text.contains("$labels.Hostname") && text.contains("$labels.gpu")
@@ -314,6 +315,8 @@ fn dcgm_fields(expr: &str) -> Vec<&str> {
                 .unwrap_or(tail.len());
             &tail[..end]
         })
+        // `DCGM_FR_*` are health error codes (label values), not fields.
+        .filter(|f| !f.starts_with("DCGM_FR_"))
         .collect()
 }
 
@@ -843,13 +846,37 @@ fn active_alerts(prom: &Prometheus) -> BTreeSet<(String, String, String)> {
         .collect()
 }
 
+/// `tests/fixtures/all-fields.csv` plus the health-signal rows of
+/// `tests/fixtures/health-signals.csv` it lacks, in a scratch file.
+fn all_fields_and_health_signals() -> PathBuf {
+    let all = std::fs::read_to_string(root().join("tests/fixtures/all-fields.csv")).unwrap();
+    let health = std::fs::read_to_string(root().join("tests/fixtures/health-signals.csv")).unwrap();
+    let field = |l: &str| l.split(',').next().unwrap_or("").trim().to_string();
+    let have: BTreeSet<String> = all
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(field)
+        .collect();
+    let mut csv = all.clone();
+    for l in health.lines() {
+        if !l.trim_start().starts_with('#') && !l.trim().is_empty() && !have.contains(&field(l)) {
+            csv.push_str(l);
+            csv.push('\n');
+        }
+    }
+    let path = scratch_dir("dashboards-csv").join("counters.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
 #[test]
 fn every_panel_query_returns_data_on_a_simulated_node() {
+    let csv = all_fields_and_health_signals();
     let exporter = Exporter::start(
         &[
             &format!("--simulate={SCENARIO}"),
             "-f",
-            "tests/fixtures/all-fields.csv",
+            csv.to_str().expect("utf-8"),
             "--kubernetes-pod-labels",
             "app",
             "-c",
@@ -951,6 +978,14 @@ fn every_panel_query_returns_data_on_a_simulated_node() {
         ("GPUNVLinkDown", "4", "7"),
         ("GPUFabricUnhealthy", "4", "registration failed"),
         ("GPUAllocatedButIdle", "1", "notebook-0"),
+        // GPU 4's recovery action (and its XID 154), pending row remap, failing MEM
+        // watch (DBE), and the thermal and power-brake warnings of its clock events
+        // (pending: 15 minutes).
+        ("GPURecoveryActionRequired", "4", ""),
+        ("GPUXidError", "4", "154"),
+        ("GPURowRemapPending", "4", ""),
+        ("GPUUnhealthy", "4", ""),
+        ("GPUHealthWarning", "4", ""),
     ]
     .into_iter()
     .map(|(a, g, d)| (a.to_string(), g.to_string(), d.to_string()))

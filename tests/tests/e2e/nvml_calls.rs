@@ -117,6 +117,9 @@ struct Shape {
     whole_gpus: u64,
     /// NVLinks of all GPUs.
     nvlinks: u64,
+    /// GPUs whose model offers MIG, and those in MIG mode.
+    mig_capable: u64,
+    mig_enabled: u64,
 }
 
 fn big_node() -> Shape {
@@ -128,6 +131,8 @@ fn big_node() -> Shape {
         mig_instances: count(&|g| g.mig.len() as u64),
         whole_gpus: count(&|g| u64::from(g.mig.is_empty())),
         nvlinks: count(&|g| u64::from(g.model.nvlink_links)),
+        mig_capable: count(&|g| u64::from(!g.model.mig_profiles.is_empty())),
+        mig_enabled: count(&|g| u64::from(!g.mig.is_empty())),
     }
 }
 
@@ -140,8 +145,8 @@ struct Plan {
 
 /// The most calls per steady cycle, per function; any function not listed: none. Every
 /// entry is one call per entity that needs it, because nothing static is read again.
-/// No `nvmlDeviceGetHandleByIndex_v2` or `nvmlDeviceGetMigDeviceHandleByIndex` (handles
-/// are kept from discovery), no `nvmlGpmSampleAlloc`/`Free` (two samples per entity,
+/// No `nvmlDeviceGetHandleByIndex_v2` (handles are kept from discovery; MIG handles are
+/// listed only to check the device set), no `nvmlGpmSampleAlloc`/`Free` (two samples per entity,
 /// reused), no `nvmlSystemGetProcessName` (names are kept per pid), no getter of a
 /// counter that the one `nvmlDeviceGetFieldValues` per GPU answers (ECC, retired pages,
 /// violations, energy), no second call of a list getter for its length, and no process
@@ -152,6 +157,8 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         mig_instances: migs,
         whole_gpus: whole,
         nvlinks: links,
+        mig_capable,
+        mig_enabled,
     } = *shape;
     let mut b: Vec<(&str, u64)> = vec![
         // Every entity: framebuffer, GPM metrics from its two kept samples.
@@ -170,6 +177,12 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         ("nvmlDeviceGetTemperature", gpus),
         // A GPU in MIG mode has no utilisation: asked once, remembered.
         ("nvmlDeviceGetUtilizationRates", whole),
+        // The device-set check: the count, each MIG-capable GPU's MIG device count,
+        // then each slot of a GPU in MIG mode and each instance's UUID.
+        ("nvmlDeviceGetCount_v2", 1),
+        ("nvmlDeviceGetMaxMigDeviceCount", mig_capable),
+        ("nvmlDeviceGetMigDeviceHandleByIndex", 7 * mig_enabled),
+        ("nvmlDeviceGetUUID", migs),
     ];
     if plan.all_fields {
         b.extend([
@@ -209,7 +222,6 @@ fn assert_within_budget(args: &[&str], plan: Plan) {
     println!("{shown}");
     for removed in [
         "nvmlDeviceGetHandleByIndex_v2",
-        "nvmlDeviceGetMigDeviceHandleByIndex",
         "nvmlGpmSampleAlloc",
         "nvmlGpmSampleFree",
         "nvmlSystemGetProcessName",

@@ -100,6 +100,18 @@ const GPU_FIELDS: &[(&str, &str, Conv)] = &[
         "remapped_rows/failure",
         Conv::Same,
     ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "remapped_rows/pending",
+        Conv::Same,
+    ),
+    ("DCGM_FI_DEV_ECC_CURRENT", "ecc_mode/current", Conv::Same),
+    ("DCGM_FI_DEV_ECC_PENDING", "ecc_mode/pending", Conv::Same),
+    (
+        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "recovery_action",
+        Conv::Same,
+    ),
     ("DCGM_FI_DEV_SLOWDOWN_TEMP", "slowdown_temp", Conv::Same),
     ("DCGM_FI_DEV_SHUTDOWN_TEMP", "shutdown_temp", Conv::Same),
     ("DCGM_FI_DEV_GPU_MAX_OP_TEMP", "gpu_max_op_temp", Conv::Same),

@@ -4,8 +4,9 @@
 //!   never unloads it either).
 //! - Nothing static is read twice: device and MIG handles, identities, labels and the
 //!   MIG layout are read at discovery and kept until the next one. Rediscovery after a
-//!   driver failure re-initialises NVML and drops every cache first; a MIG layout
-//!   change is found as [`NvmlSource::layout_changed`] describes.
+//!   driver failure re-initialises NVML and drops every cache first; a change of the
+//!   device set (GPUs or MIG instances) is found as [`NvmlSource::device_set_changed`]
+//!   describes.
 //! - GPM ratios need two samples: each entity allocates two once and swaps them every
 //!   cycle, so the first cycle has no value and every later one reports the interval
 //!   since the last.
@@ -33,18 +34,14 @@ use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUti
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-/// How often the MIG layout of MIG-capable GPUs is compared with the one discovered.
-///
-/// A layout changes only by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU
-/// operator's mig-manager), on a drained GPU, so finding it within a minute is enough.
-/// Checking costs about 100 calls on the big node (mode, then each slot's handle and
-/// instance IDs), against 36 or more per cycle to check every cycle; nothing cheaper
-/// tells: `nvmlDeviceGetMaxMigDeviceCount` is the maximum, not the count, and a new
-/// instance raises no error anywhere. A destroyed instance is found sooner: when every
-/// reading of a cached MIG handle fails, its instance IDs are read again at once.
-const MIG_LAYOUT_CHECK: Duration = Duration::from_secs(60);
+// The device set is compared with the one discovered every cycle: the device count,
+// and per MIG-capable GPU its MIG devices' UUIDs (`mig_devices_now`). A layout changes
+// by an operator's action (`nvidia-smi mig -cgi/-dgi`, the GPU operator's mig-manager,
+// a DRA driver preparing a claim) and a workload waits for it, so it is found within a
+// cycle. Nothing cheaper tells: a new instance raises no error anywhere. The cost is
+// bounded by the node: 1 call, plus 1 per MIG-capable GPU not in MIG mode and 8 + 1 per
+// instance per GPU in MIG mode; README gives the measured figure.
 
 /// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
 /// cycle (as DCGM reads them), instead of one getter call each: ECC totals, retired
@@ -88,6 +85,10 @@ mod field {
             RemappedCorrectable => &[(NVML_FI_DEV_REMAPPED_COR, 0)],
             RemappedUncorrectable => &[(NVML_FI_DEV_REMAPPED_UNC, 0)],
             RemapFailure => &[(NVML_FI_DEV_REMAPPED_FAILURE, 0)],
+            EccModeCurrent => &[(NVML_FI_DEV_ECC_CURRENT, 0)],
+            EccModePending => &[(NVML_FI_DEV_ECC_PENDING, 0)],
+            RemapPending => &[(NVML_FI_DEV_REMAPPED_PENDING, 0)],
+            RecoveryAction => &[(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0)],
             // The temperature thresholds of `nvmlDeviceGetTemperatureThreshold`, in
             // the same call as the counters rather than four getter calls a cycle.
             ShutdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, 0)],
@@ -176,27 +177,36 @@ struct Slot {
     no_vgpu_licensing: bool,
 }
 
-/// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One MIG instance as discovery saw it: slot, handle, GPU- and compute-instance IDs,
+/// UUID.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct MigInstance {
     slot: u32,
     handle: Handle,
     gpu_instance: u32,
     compute_instance: u32,
+    uuid: String,
 }
 
-/// The MIG layout of one MIG-capable GPU at discovery: empty when MIG is off.
+/// The MIG devices of one MIG-capable GPU at discovery, as [`mig_devices_now`] lists
+/// them.
 struct MigLayout {
     index: u32,
     gpu: Handle,
-    instances: Vec<MigInstance>,
+    devices: Vec<(u32, String)>,
 }
 
-/// Whether two MIG layouts have the same instances in the same slots. Handles are left
-/// out: a driver may hand out another address for the same instance.
-fn same_layout(a: &[MigInstance], b: &[MigInstance]) -> bool {
-    let ids = |i: &MigInstance| (i.slot, i.gpu_instance, i.compute_instance);
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| ids(x) == ids(y))
+/// The MIG devices of a MIG-capable GPU now, as (slot, UUID): empty when MIG is off
+/// (the maximum count is zero then, so one call also tells the mode). A MIG device's
+/// UUID is new whenever its instance is created, even with the IDs of one destroyed
+/// before, so the UUIDs alone tell a changed layout: 1 + 7 + 1 per instance calls.
+fn mig_devices_now(dev: &Device<'_>) -> Vec<(u32, String)> {
+    (0..dev.mig_device_count().unwrap_or(0))
+        .filter_map(|slot| {
+            let mig = dev.mig_device_by_index(slot).ok()?;
+            Some((slot, mig.uuid().unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// GPM state of one entity.
@@ -264,10 +274,11 @@ pub struct NvmlSource {
     gpm: Vec<Gpm>,
     process_reads: Vec<ProcessReads>,
     names: ProcessNames,
-    /// MIG-capable GPUs' layouts at discovery, and when they were last compared.
+    /// MIG-capable GPUs' layouts at discovery.
     mig_layouts: Vec<MigLayout>,
-    layout_checked: Instant,
-    /// The MIG layout differs from the one discovered: rediscover, without
+    /// `nvmlDeviceGetCount` at discovery.
+    device_count: u32,
+    /// The device set differs from the one discovered: rediscover, without
     /// re-initialising NVML.
     layout_stale: bool,
     /// A probe has just initialised NVML afresh: the discovery that follows need not.
@@ -290,7 +301,7 @@ impl NvmlSource {
             process_reads: Vec::new(),
             names: ProcessNames::default(),
             mig_layouts: Vec::new(),
-            layout_checked: Instant::now(),
+            device_count: 0,
             layout_stale: false,
             probed: false,
             event_devices: HashMap::new(),
@@ -481,6 +492,7 @@ impl NvmlSource {
                     handle,
                     gpu_instance,
                     compute_instance,
+                    uuid: mig.uuid().unwrap_or_default(),
                 }),
                 Err(e) => {
                     tracing::warn!(gpu = index, slot, error = %e, "MIG instance without IDs; skipped");
@@ -516,18 +528,6 @@ impl NvmlSource {
             tracing::info!(gpu = index, error = %e, "MIG GPU-instance placements not readable; DRA MIG devices are matched by profile name only");
         }
         found
-    }
-
-    /// The MIG instances of a MIG-capable GPU now: empty when MIG is off.
-    fn mig_layout_now(nvml: &Nvml, dev: &Device<'_>, index: u32) -> Vec<MigInstance> {
-        let on = dev
-            .mig_mode()
-            .is_ok_and(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
-        if on {
-            Self::mig_instances(nvml, dev, index)
-        } else {
-            Vec::new()
-        }
     }
 }
 
@@ -629,7 +629,6 @@ impl GpuSource for NvmlSource {
         let nvml = self.init()?;
         // Every cache goes, GPM samples freed before NVML is shut down.
         self.forget();
-        self.layout_checked = Instant::now();
         if rediscovery {
             // After a driver failure: drop NVML's state and initialise it again, so a
             // reloaded driver is picked up.
@@ -638,6 +637,7 @@ impl GpuSource for NvmlSource {
         let driver_version = nvml.sys_driver_version().map_err(map_err)?;
         let nvml_version = nvml.sys_nvml_version().unwrap_or_default();
         let count = nvml.device_count().map_err(map_err)?;
+        self.device_count = count;
         let (mut gpus, mut migs) = (Vec::new(), Vec::new());
         let mut event_handles = Vec::new();
         for index in 0..count {
@@ -713,7 +713,7 @@ impl GpuSource for NvmlSource {
                 self.mig_layouts.push(MigLayout {
                     index,
                     gpu: handle,
-                    instances: instances.clone(),
+                    devices: mig_devices_now(&dev),
                 });
             }
             for instance in instances {
@@ -722,6 +722,7 @@ impl GpuSource for NvmlSource {
                     instance.gpu_instance,
                     instance.compute_instance,
                 );
+                let mig_uuid = instance.uuid;
                 let mig = instance.handle.device(nvml);
                 let profile = mig
                     .attributes()
@@ -753,7 +754,7 @@ impl GpuSource for NvmlSource {
                             compute_instance_id: ci,
                             slot: j,
                             profile,
-                            mig_uuid: mig.uuid().unwrap_or_default(),
+                            mig_uuid,
                             placement: placements.get(&gi).copied(),
                         }),
                         labels: values.clone(),
@@ -941,20 +942,51 @@ impl GpuSource for NvmlSource {
             .collect())
     }
 
-    fn layout_changed(&mut self) -> bool {
-        if !self.layout_stale && self.layout_checked.elapsed() >= MIG_LAYOUT_CHECK {
-            self.layout_checked = Instant::now();
-            if let Ok(nvml) = self.nvml() {
-                let changed = self.mig_layouts.iter().find(|l| {
-                    !same_layout(
-                        &Self::mig_layout_now(nvml, &l.gpu.device(nvml), l.index),
-                        &l.instances,
-                    )
-                });
-                if let Some(l) = changed {
-                    tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
+    fn device_set_changed(&mut self) -> bool {
+        if self.layout_stale {
+            return true;
+        }
+        let Ok(nvml) = self.nvml() else {
+            return false;
+        };
+        if self.device_count == 0 {
+            // NVML enumerates GPUs when it is initialised: a node that came up with none
+            // (GPUs still bound to vfio-pci, a passthrough GPU attached later, a driver
+            // that finished probing after the exporter started) shows them only after a
+            // new initialisation. With no device, that costs one shutdown and init.
+            match self.probe() {
+                Ok(()) if nvml.device_count().is_ok_and(|c| c > 0) => {
+                    tracing::info!("GPUs appeared; rediscovering");
                     self.layout_stale = true;
                 }
+                // Still none; the next discovery after a failure initialises NVML itself.
+                Ok(()) => self.probed = false,
+                // The driver went: the discovery this asks for fails and says so, and
+                // the sampler probes as for any outage.
+                Err(_) => self.layout_stale = true,
+            }
+            return self.layout_stale;
+        }
+        match nvml.device_count() {
+            Ok(c) if c != self.device_count => {
+                tracing::info!(
+                    discovered = self.device_count,
+                    now = c,
+                    "the GPU count changed; rediscovering"
+                );
+                self.layout_stale = true;
+            }
+            // A failing count is the driver's failure: the reads of this cycle find it.
+            _ => {}
+        }
+        if !self.layout_stale {
+            let changed = self
+                .mig_layouts
+                .iter()
+                .find(|l| mig_devices_now(&l.gpu.device(nvml)) != l.devices);
+            if let Some(l) = changed {
+                tracing::info!(gpu = l.index, "the MIG layout changed; rediscovering");
+                self.layout_stale = true;
             }
         }
         self.layout_stale
@@ -1153,40 +1185,6 @@ mod tests {
             error(Err(raw::FabricError::NoSymbol)),
             Err(ReadError::NotSupported)
         );
-    }
-
-    #[test]
-    fn a_mig_layout_is_the_same_by_instance_ids_not_by_handles() {
-        let inst = |slot, handle, gi, ci| MigInstance {
-            slot,
-            handle: Handle(handle),
-            gpu_instance: gi,
-            compute_instance: ci,
-        };
-        let discovered = [inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 0)];
-        // Handles may be handed out anew; the same instances are the same layout.
-        assert!(same_layout(
-            &[inst(0, 0x30, 7, 0), inst(1, 0x40, 8, 0)],
-            &discovered
-        ));
-        // An instance destroyed, created, recreated with another GI or CI, or moved.
-        assert!(!same_layout(&discovered[..1], &discovered));
-        assert!(!same_layout(
-            &[discovered[0], discovered[1], inst(2, 0x50, 9, 0)],
-            &discovered
-        ));
-        assert!(!same_layout(
-            &[inst(0, 0x10, 7, 0), inst(1, 0x20, 9, 0)],
-            &discovered
-        ));
-        assert!(!same_layout(
-            &[inst(0, 0x10, 7, 0), inst(1, 0x20, 8, 1)],
-            &discovered
-        ));
-        assert!(!same_layout(
-            &[inst(0, 0x10, 7, 0), inst(2, 0x20, 8, 0)],
-            &discovered
-        ));
     }
 
     #[test]
