@@ -63,8 +63,10 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
 }
 
 async fn readyz(State(s): Shared) -> Response {
-    let fleet = s.fleet.load();
-    match fleet.last_answer {
+    // Ready once exporters or serving engines answer: a run with only serving targets
+    // (no GPU exporters) serves too.
+    let last_answer = s.fleet.load().last_answer.max(s.serving.load().last_answer);
+    match last_answer {
         Some(t) if t.elapsed() <= s.staleness => "ok".into_response(),
         Some(t) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -132,7 +134,7 @@ async fn resource_list(Path((group, version)): Path<(String, String)>) -> Respon
         .into_response();
     }
     let mut resources = Vec::new();
-    for m in GpuMetric::ALL {
+    for m in GpuMetric::served() {
         if group == EXTERNAL_GROUP {
             resources.push(
                 json!({"name": m.name(), "singularName": "", "namespaced": true,
@@ -197,7 +199,7 @@ fn answer(
     metric: GpuMetric,
 ) -> Result<Answer, ApiError> {
     let a = query::pod_values(
-        &s.fleet.load(),
+        &s.fleet_for(metric),
         &s.pods.load(),
         ns,
         scope,
@@ -397,6 +399,23 @@ async fn external(
     let label_sel = selector(&params, "labelSelector")?;
     let gm = metric_of(&metric, "namespaces")?;
     let a = answer(&s, &ns, &Scope::Selected(&label_sel), gm)?;
+    if gm.external_sum() {
+        // Serving signals: one item, the sum over the selected pods (a workload's pods
+        // by their labels, or the whole namespace without a selector).
+        let (sum, at) = a.sum().ok_or_else(|| {
+            no_data(gm, &format!("pods matching {label_sel} in {ns}"), &a)
+        })?;
+        let value = format_quantity(sum)
+            .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
+        return Ok(Json(json!({
+            "kind": "ExternalMetricValueList",
+            "apiVersion": format!("{EXTERNAL_GROUP}/v1beta1"),
+            "metadata": {},
+            "items": [{"metricName": gm.name(), "metricLabels": {},
+                "timestamp": rfc3339_seconds(at), "window": s.window_seconds,
+                "value": value}],
+        })));
+    }
     // One item per pod: an HPA sums the items, so `AverageValue` divides that sum by
     // the replicas and keeps "average per pod at T".
     let items: Vec<Value> = a

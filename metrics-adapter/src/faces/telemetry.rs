@@ -66,6 +66,8 @@ pub struct Telemetry {
     request_duration: HistogramFamily<ApiLabel>,
     grpc_requests: Family<GrpcLabels, Counter>,
     pub source: SourceMetrics,
+    /// The serving engines' scrapes (`serving_source_*`).
+    pub serving_source: SourceMetrics,
     pub auth: AuthMetrics,
 }
 
@@ -101,6 +103,8 @@ impl Telemetry {
         );
         let source = SourceMetrics::default();
         source.register(&mut registry);
+        let serving_source = SourceMetrics::default();
+        serving_source.register(registry.sub_registry_with_prefix("serving"));
         let auth = AuthMetrics::default();
         auth.register(&mut registry);
         registry.register_collector(Box::new(FleetCollector { fleet, staleness }));
@@ -110,6 +114,7 @@ impl Telemetry {
             request_duration,
             grpc_requests,
             source,
+            serving_source,
             auth,
         }
     }

@@ -18,10 +18,24 @@ use std::time::{Duration, Instant, SystemTime};
 /// current, and how old a value may be.
 pub struct AppState {
     pub fleet: Arc<ArcSwap<Fleet>>,
+    /// What the serving engines last said ([`crate::source::serving`]): their own
+    /// targets, their own staleness, the same rules.
+    pub serving: Arc<ArcSwap<Fleet>>,
     pub pods: Arc<ArcSwap<PodIndex>>,
     pub staleness: Duration,
     /// The window reported with each value (the scrape interval).
     pub window_seconds: u64,
+}
+
+impl AppState {
+    /// The view `metric` is read from: the serving engines' or the exporters'.
+    pub fn fleet_for(&self, metric: GpuMetric) -> arc_swap::Guard<Arc<Fleet>> {
+        if metric.is_serving() {
+            self.serving.load()
+        } else {
+            self.fleet.load()
+        }
+    }
 }
 
 /// One pod's fresh value.
@@ -43,6 +57,12 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The sum of the pods' values and the oldest timestamp among them.
+    pub fn sum(&self) -> Option<(f64, SystemTime)> {
+        let oldest = self.values.iter().map(|v| v.at).min()?;
+        Some((self.values.iter().map(|v| v.value).sum(), oldest))
+    }
+
     /// The mean of the pods' values and the oldest timestamp among them.
     pub fn mean(&self) -> Option<(f64, SystemTime)> {
         if self.values.is_empty() {

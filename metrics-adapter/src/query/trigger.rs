@@ -75,7 +75,11 @@ pub fn parse_trigger(meta: &HashMap<String, String>) -> Result<Trigger, Error> {
     let metric = GpuMetric::from_name(metric_name).ok_or_else(|| {
         Error::InvalidRequest(format!(
             "metric: unknown {metric_name:?} (known: {})",
-            GpuMetric::ALL.map(GpuMetric::name).join(", ")
+            GpuMetric::served()
+                .into_iter()
+                .map(GpuMetric::name)
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     })?;
     let target = number(meta, "targetValue")?
@@ -128,7 +132,7 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
         }
     };
     let a = super::pod_values(
-        &state.fleet.load(),
+        &state.fleet_for(t.metric),
         &state.pods.load(),
         namespace,
         &scope,
@@ -209,6 +213,7 @@ mod tests {
         }
         AppState {
             fleet: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(fleet)),
+            serving: Default::default(),
             pods: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(pods)),
             staleness: std::time::Duration::from_secs(30),
             window_seconds: 2,

@@ -7,6 +7,7 @@
 //! - [`prometheus`]: the Prometheus-compatible source, instant queries;
 //! - [`derive`]: from series to per-pod values, shared by both;
 //! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
+//! - [`serving`]: the serving engines' own signals (vLLM, SGLang, TGI, Triton), per pod;
 //! - [`http_client`]: the HTTP(S) client both sources scrape with.
 //!
 //! Each source records its own self-metrics in [`SourceMetrics`].
@@ -19,6 +20,7 @@ pub mod limits;
 pub mod pods;
 pub mod prometheus;
 pub mod scrape;
+pub mod serving;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
