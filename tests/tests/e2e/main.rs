@@ -30,5 +30,6 @@ mod promtool;
 mod protobuf;
 mod rbac;
 mod readiness;
+mod serving;
 mod soak;
 mod web_config;
