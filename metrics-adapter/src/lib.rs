@@ -90,8 +90,9 @@ async fn serve(cli: Cli) -> Result<(), Error> {
     let limits = cli.limits()?;
     let targets = start_source(&cli, fleet.clone(), telemetry.source.clone(), limits.clone())?;
     let serving = Arc::new(ArcSwap::from_pointee(Fleet::default()));
-    start_serving(&cli, serving.clone(), telemetry.serving_source.clone(), limits)?;
-    start_watches(&cli, targets, pods.clone()).await?;
+    let serving_discovery =
+        start_serving(&cli, serving.clone(), telemetry.serving_source.clone(), limits)?;
+    start_watches(&cli, targets, serving_discovery, pods.clone()).await?;
     let state = Arc::new(AppState {
         fleet,
         serving,
@@ -172,7 +173,7 @@ fn start_serving(
     serving: Arc<ArcSwap<Fleet>>,
     metrics: SourceMetrics,
     limits: source::limits::Limits,
-) -> Result<(), Error> {
+) -> Result<Option<ServingDiscovery>, Error> {
     use source::serving::{ServingReader, mapping};
     let reserved: Vec<&str> = fleet::GpuMetric::ALL
         .into_iter()
@@ -186,11 +187,13 @@ fn start_serving(
         .map(|m| &*m.name.clone().leak())
         .collect();
     fleet::declare_mapped(names.clone());
-    if cli.serving_targets.is_empty() {
+    if cli.serving_targets.is_empty() && cli.serving_service_selector.is_none() {
         if !mappings.is_empty() {
-            tracing::warn!("--serving-metric without --serving-target: nothing to read it from");
+            tracing::warn!(
+                "--serving-metric without --serving-target or --serving-service-selector: nothing to read it from"
+            );
         }
-        return Ok(());
+        return Ok(None);
     }
     let mut pods = std::collections::HashMap::new();
     for t in &cli.serving_targets {
@@ -203,9 +206,11 @@ fn start_serving(
     }
     tracing::info!(targets = pods.len(), mappings = mappings.len(), "serving engines");
     let urls: Vec<String> = pods.keys().cloned().collect();
-    let reader = ServingReader::new(Arc::new(ArcSwap::from_pointee(pods)), mappings, names);
+    let pods = Arc::new(ArcSwap::from_pointee(pods));
+    let targets = Arc::new(ArcSwap::from_pointee(urls));
+    let reader = ServingReader::new(pods.clone(), mappings, names);
     let opts = scrape::ScrapeOptions {
-        targets: Arc::new(ArcSwap::from_pointee(urls)),
+        targets: targets.clone(),
         interval: cli.scrape_interval,
         timeout: cli.scrape_timeout,
         accept: source::serving::ACCEPT,
@@ -216,7 +221,21 @@ fn start_serving(
     let client = scrape::client(&opts)
         .map_err(|e| Error::Config(format!("the serving scrape client: {e}")))?;
     tokio::spawn(scrape::run_with(opts, client, reader.into_reader(), serving));
-    Ok(())
+    Ok(cli
+        .serving_service_selector
+        .clone()
+        .map(|selector| ServingDiscovery {
+            selector,
+            pods,
+            targets,
+        }))
+}
+
+/// What serving engine discovery keeps current.
+struct ServingDiscovery {
+    selector: String,
+    pods: source::serving::TargetPods,
+    targets: Arc<ArcSwap<Vec<String>>>,
 }
 
 /// The pod watch, and exporter discovery when `targets` are to be discovered. Without
@@ -225,10 +244,22 @@ fn start_serving(
 async fn start_watches(
     cli: &Cli,
     targets: Option<Arc<ArcSwap<Vec<String>>>>,
+    serving: Option<ServingDiscovery>,
     pods: Arc<ArcSwap<PodIndex>>,
 ) -> Result<(), Error> {
     match kube_support::client(cli.kubeconfig.as_deref()).await {
         Ok(client) => {
+            if let Some(d) = serving {
+                tokio::spawn(source::serving::discovery::watch(
+                    client.clone(),
+                    d.selector,
+                    cli.serving_port_name.clone(),
+                    "http".to_string(),
+                    cli.serving_targets.clone(),
+                    d.pods,
+                    d.targets,
+                ));
+            }
             if let Some(targets) = targets {
                 tokio::spawn(discovery::watch_exporters(
                     client.clone(),
@@ -241,6 +272,9 @@ async fn start_watches(
             tokio::spawn(pods::watch(client, pods));
             Ok(())
         }
+        Err(e) if serving.is_some() => Err(Error::Config(format!(
+            "--serving-service-selector needs the Kubernetes API to discover the serving engines: {e}"
+        ))),
         Err(e) if targets.is_some() && cli.serving_targets.is_empty() => Err(Error::Config(format!(
             "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
             cli.exporter_service

@@ -354,3 +354,96 @@ fn bad_serving_flags_stop_the_adapter_with_a_clear_error() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// An EndpointSlice of Service `service`, labelled as its Service (`labels`), with one
+/// ready endpoint on loopback for `pod`, port `metrics` = `port`.
+fn engine_slice(service: &str, labels: &[(&str, &str)], pod: &str, port: u16) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let mut all_labels: BTreeMap<String, String> =
+        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    all_labels.insert("kubernetes.io/service-name".into(), service.into());
+    EndpointSlice {
+        address_type: "IPv4".into(),
+        metadata: ObjectMeta {
+            name: Some(format!("{service}-{pod}")),
+            namespace: Some(NS.into()),
+            labels: Some(all_labels),
+            ..ObjectMeta::default()
+        },
+        endpoints: vec![Endpoint {
+            addresses: vec!["127.0.0.1".into()],
+            conditions: Some(EndpointConditions {
+                ready: Some(true),
+                serving: Some(true),
+                terminating: Some(false),
+            }),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                namespace: Some(NS.into()),
+                name: Some(pod.into()),
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        }],
+        ports: Some(vec![
+            EndpointPort {
+                name: Some("http".into()),
+                port: Some(1),
+                ..EndpointPort::default()
+            },
+            EndpointPort {
+                name: Some("metrics".into()),
+                port: Some(i32::from(port)),
+                ..EndpointPort::default()
+            },
+        ]),
+    }
+}
+
+#[test]
+fn engines_behind_labelled_services_are_discovered() {
+    let api = FakeApiServer::start().expect("fake API server");
+    for (name, replica) in [("vllm-7d9f-a", "a"), ("sglang-0", "s"), ("other-0", "o")] {
+        api.apply(pod(name, replica));
+    }
+    let kubeconfig = scratch_dir("serving-discovery").join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let vllm = SimEngine::start(EngineKind::Vllm, vec![Step::new(0.0, 6.0, 2.0, 0.4)]);
+    let sglang = SimEngine::start(EngineKind::Sglang, vec![Step::new(0.0, 9.0, 3.0, 0.6)]);
+    let other = SimEngine::start(EngineKind::Vllm, vec![Step::new(0.0, 100.0, 1.0, 0.1)]);
+    let port = |e: &SimEngine| e.url().rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
+    let serving = [("gpu-metrics.io/serving", "true")];
+    api.apply_endpoint_slice(engine_slice("vllm", &serving, "vllm-7d9f-a", port(&vllm)));
+    api.apply_endpoint_slice(engine_slice("sglang", &serving, "sglang-0", port(&sglang)));
+    // Not labelled: not a serving engine for the adapter.
+    api.apply_endpoint_slice(engine_slice("other", &[], "other-0", port(&other)));
+    let kubeconfig = kubeconfig.display().to_string();
+    let a = Adapter::start(&[
+        "--scrape-interval",
+        "400ms",
+        "--kubeconfig",
+        &kubeconfig,
+        "--serving-service-selector",
+        "gpu-metrics.io/serving=true",
+    ]);
+    converges(
+        &a,
+        &pods_path("serving_requests_waiting", ""),
+        items,
+        || {
+            vec![
+                ("sglang-0".to_string(), sglang.state().waiting),
+                ("vllm-7d9f-a".to_string(), vllm.state().waiting),
+            ]
+        },
+    );
+    converges(
+        &a,
+        &pods_path("serving_kv_cache_usage", "replica%3Ds"),
+        items,
+        || vec![("sglang-0".to_string(), milli(sglang.state().kv_cache))],
+    );
+    assert_eq!(other.scrapes(), 0, "an unlabelled Service's engine is not scraped");
+}

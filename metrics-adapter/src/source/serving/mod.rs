@@ -13,6 +13,7 @@
 //! whose first token came between them. A first answer, a counter that fell (the
 //! engine restarted), or no new request gives no value for those signals, never 0.
 
+pub mod discovery;
 pub mod mapping;
 pub mod profiles;
 pub mod text;
