@@ -191,13 +191,22 @@ pub struct Cli {
 
     /// The EndpointSlice port the engines serve /metrics on; a slice with a single port
     /// is scraped on it whatever its name.
-    #[arg(long, value_name = "NAME", default_value = "metrics", help_heading = "Serving engines")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "metrics",
+        help_heading = "Serving engines"
+    )]
     pub serving_port_name: String,
 
     /// A user-defined serving metric (repeatable):
     /// NAME=FAMILY{LABEL="VALUE",LABEL!="VALUE"}:sum|avg|max|min|rate, read from every
     /// serving target, e.g. 'llama_queue=my_queue_depth{model="llama"}:sum'.
-    #[arg(long = "serving-metric", value_name = "DEFINITION", help_heading = "Serving engines")]
+    #[arg(
+        long = "serving-metric",
+        value_name = "DEFINITION",
+        help_heading = "Serving engines"
+    )]
     pub serving_metrics: Vec<String>,
 
     /// Query this Prometheus-compatible API (Prometheus, Thanos, Mimir) instead of
@@ -400,8 +409,12 @@ impl std::fmt::Display for ServiceRef {
 pub fn parse_label_selector(text: &str) -> Result<String, Error> {
     match crate::api::selector::Selector::parse(text) {
         Ok(s) if !s.is_empty() => Ok(text.to_string()),
-        Ok(_) => Err(Error::Config("an empty selector would match every Service".into())),
-        Err(e) => Err(Error::Config(format!("{text:?} is not a label selector: {e}"))),
+        Ok(_) => Err(Error::Config(
+            "an empty selector would match every Service".into(),
+        )),
+        Err(e) => Err(Error::Config(format!(
+            "{text:?} is not a label selector: {e}"
+        ))),
     }
 }
 

@@ -82,7 +82,11 @@ impl GpuMetric {
 
     /// Every metric served: GPU, serving signals, then the user-defined ones.
     pub fn served() -> Vec<GpuMetric> {
-        let mapped = MAPPED.get().into_iter().flatten().map(|n| GpuMetric::Mapped(n));
+        let mapped = MAPPED
+            .get()
+            .into_iter()
+            .flatten()
+            .map(|n| GpuMetric::Mapped(n));
         GpuMetric::ALL
             .into_iter()
             .chain(GpuMetric::SERVING)

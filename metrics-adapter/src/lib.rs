@@ -88,10 +88,19 @@ async fn serve(cli: Cli) -> Result<(), Error> {
     let telemetry = Arc::new(Telemetry::new(fleet.clone(), cli.staleness()));
     // One in-flight budget over the exporters and the serving engines.
     let limits = cli.limits()?;
-    let targets = start_source(&cli, fleet.clone(), telemetry.source.clone(), limits.clone())?;
+    let targets = start_source(
+        &cli,
+        fleet.clone(),
+        telemetry.source.clone(),
+        limits.clone(),
+    )?;
     let serving = Arc::new(ArcSwap::from_pointee(Fleet::default()));
-    let serving_discovery =
-        start_serving(&cli, serving.clone(), telemetry.serving_source.clone(), limits)?;
+    let serving_discovery = start_serving(
+        &cli,
+        serving.clone(),
+        telemetry.serving_source.clone(),
+        limits,
+    )?;
     start_watches(&cli, targets, serving_discovery, pods.clone()).await?;
     let state = Arc::new(AppState {
         fleet,
@@ -182,10 +191,7 @@ fn start_serving(
         .collect();
     let mappings = mapping::parse_all(&cli.serving_metrics, &reserved)?;
     // Leaked once: the names live as long as the process, as metric names.
-    let names: Vec<&'static str> = mappings
-        .iter()
-        .map(|m| &*m.name.clone().leak())
-        .collect();
+    let names: Vec<&'static str> = mappings.iter().map(|m| &*m.name.clone().leak()).collect();
     fleet::declare_mapped(names.clone());
     if cli.serving_targets.is_empty() && cli.serving_service_selector.is_none() {
         if !mappings.is_empty() {
@@ -204,7 +210,11 @@ fn start_serving(
             )));
         }
     }
-    tracing::info!(targets = pods.len(), mappings = mappings.len(), "serving engines");
+    tracing::info!(
+        targets = pods.len(),
+        mappings = mappings.len(),
+        "serving engines"
+    );
     let urls: Vec<String> = pods.keys().cloned().collect();
     let pods = Arc::new(ArcSwap::from_pointee(pods));
     let targets = Arc::new(ArcSwap::from_pointee(urls));
@@ -220,7 +230,12 @@ fn start_serving(
     };
     let client = scrape::client(&opts)
         .map_err(|e| Error::Config(format!("the serving scrape client: {e}")))?;
-    tokio::spawn(scrape::run_with(opts, client, reader.into_reader(), serving));
+    tokio::spawn(scrape::run_with(
+        opts,
+        client,
+        reader.into_reader(),
+        serving,
+    ));
     Ok(cli
         .serving_service_selector
         .clone()
@@ -275,10 +290,12 @@ async fn start_watches(
         Err(e) if serving.is_some() => Err(Error::Config(format!(
             "--serving-service-selector needs the Kubernetes API to discover the serving engines: {e}"
         ))),
-        Err(e) if targets.is_some() && cli.serving_targets.is_empty() => Err(Error::Config(format!(
-            "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
-            cli.exporter_service
-        ))),
+        Err(e) if targets.is_some() && cli.serving_targets.is_empty() => {
+            Err(Error::Config(format!(
+                "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
+                cli.exporter_service
+            )))
+        }
         Err(e) => {
             if targets.is_some() {
                 tracing::warn!(error = %e, "no --exporter-url and no Kubernetes API to discover exporters: serving engine metrics only");

@@ -84,11 +84,18 @@ impl Shared {
         let tokens = self.tokens_total();
         let (counts, sum) = self.ttft.lock().expect("ttft").clone();
         let (prefix, labels) = match self.kind {
-            EngineKind::Vllm => ("vllm", format!("engine=\"0\",model_name=\"{}\"", self.model)),
+            EngineKind::Vllm => (
+                "vllm",
+                format!("engine=\"0\",model_name=\"{}\"", self.model),
+            ),
             EngineKind::Sglang => ("sglang", format!("model_name=\"{}\"", self.model)),
         };
         let (waiting, running, kv) = match self.kind {
-            EngineKind::Vllm => ("num_requests_waiting", "num_requests_running", "kv_cache_usage_perc"),
+            EngineKind::Vllm => (
+                "num_requests_waiting",
+                "num_requests_running",
+                "kv_cache_usage_perc",
+            ),
             EngineKind::Sglang => ("num_queue_reqs", "num_running_reqs", "token_usage"),
         };
         let mut out = String::new();
@@ -97,8 +104,16 @@ impl Shared {
                 "# HELP {prefix}:{name} {help}\n# TYPE {prefix}:{name} gauge\n{prefix}:{name}{{{labels}}} {value:?}\n"
             ));
         };
-        gauge(running, "Number of requests in model execution batches.", s.running);
-        gauge(waiting, "Number of requests waiting to be processed.", s.waiting);
+        gauge(
+            running,
+            "Number of requests in model execution batches.",
+            s.running,
+        );
+        gauge(
+            waiting,
+            "Number of requests waiting to be processed.",
+            s.waiting,
+        );
         gauge(kv, "KV-cache usage. 1 means 100 percent usage.", s.kv_cache);
         out.push_str(&format!(
             "# HELP {prefix}:generation_tokens_total Number of generation tokens processed.\n# TYPE {prefix}:generation_tokens_total counter\n{prefix}:generation_tokens_total{{{labels}}} {tokens:?}\n"
@@ -276,15 +291,26 @@ mod tests {
     fn the_exposition_follows_the_script_and_the_controls() {
         let e = SimEngine::start(
             EngineKind::Vllm,
-            vec![Step::new(0.0, 5.0, 2.0, 0.25), Step::new(3600.0, 50.0, 8.0, 0.9)],
+            vec![
+                Step::new(0.0, 5.0, 2.0, 0.25),
+                Step::new(3600.0, 50.0, 8.0, 0.9),
+            ],
         );
         assert_eq!(e.state().waiting, 5.0);
         assert_eq!(e.state_at(Duration::from_secs(3601)).waiting, 50.0);
         e.observe_ttft(0.07, 3);
         let (status, body) = crate::get(&e.url());
         assert_eq!(status, 200);
-        assert!(body.contains("vllm:num_requests_waiting{engine=\"0\",model_name=\"sim/llama-3-8b\"} 5.0"), "{body}");
-        assert!(body.contains("vllm:time_to_first_token_seconds_bucket{le=\"0.06\","), "{body}");
+        assert!(
+            body.contains(
+                "vllm:num_requests_waiting{engine=\"0\",model_name=\"sim/llama-3-8b\"} 5.0"
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains("vllm:time_to_first_token_seconds_bucket{le=\"0.06\","),
+            "{body}"
+        );
         assert!(body.contains("vllm:time_to_first_token_seconds_bucket{le=\"0.08\",engine=\"0\",model_name=\"sim/llama-3-8b\"} 3.0"), "{body}");
         e.set_down(true);
         assert_eq!(crate::get(&e.url()).0, 503);

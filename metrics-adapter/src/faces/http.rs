@@ -402,9 +402,9 @@ async fn external(
     if gm.external_sum() {
         // Serving signals: one item, the sum over the selected pods (a workload's pods
         // by their labels, or the whole namespace without a selector).
-        let (sum, at) = a.sum().ok_or_else(|| {
-            no_data(gm, &format!("pods matching {label_sel} in {ns}"), &a)
-        })?;
+        let (sum, at) = a
+            .sum()
+            .ok_or_else(|| no_data(gm, &format!("pods matching {label_sel} in {ns}"), &a))?;
         let value = format_quantity(sum)
             .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
         return Ok(Json(json!({

@@ -201,8 +201,8 @@ async fn fetch(
     );
     let target = url.to_string();
     let pods = tokio::task::spawn_blocking(move || read(&target, &content_type, &body, max_series))
-    .await
-    .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
+        .await
+        .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
     if pods.len() > max_pods {
         return Err(Error::OverLimit {
             reason: Rejection::PodLimit,
@@ -276,7 +276,12 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
 
 /// [`run`] with any [`Reader`]: the same following, limits, staleness and
 /// self-metrics for every kind of target.
-pub async fn run_with(opts: ScrapeOptions, client: Client, read: Reader, store: Arc<ArcSwap<Fleet>>) {
+pub async fn run_with(
+    opts: ScrapeOptions,
+    client: Client,
+    read: Reader,
+    store: Arc<ArcSwap<Fleet>>,
+) {
     // Per target: its pods and when, kept across answers so a failure ages them out.
     let mut per_target: HashMap<String, Scraped> = HashMap::new();
     // Failing targets, with the limit they passed if that is why: logged again only

@@ -36,9 +36,15 @@ fn items(v: &Value) -> Vec<(String, f64)> {
         .unwrap_or_else(|| panic!("no items in {v}"))
         .iter()
         .map(|i| {
-            let name = i["describedObject"]["name"].as_str().unwrap_or("").to_string();
+            let name = i["describedObject"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             let q = i["value"].as_str().expect("quantity string");
-            (name, milli_value(q).expect("valid quantity") as f64 / 1000.0)
+            (
+                name,
+                milli_value(q).expect("valid quantity") as f64 / 1000.0,
+            )
         })
         .collect()
 }
@@ -50,7 +56,12 @@ fn milli(x: f64) -> f64 {
 
 /// Wait until `f` of the adapter's answer at `path` equals `want()` (both read
 /// afresh each time, so a script step between the two only delays the match).
-fn converges(a: &Adapter, path: &str, f: impl Fn(&Value) -> Vec<(String, f64)>, want: impl Fn() -> Vec<(String, f64)>) {
+fn converges(
+    a: &Adapter,
+    path: &str,
+    f: impl Fn(&Value) -> Vec<(String, f64)>,
+    want: impl Fn() -> Vec<(String, f64)>,
+) {
     let mut last = None;
     let ok = try_wait_for(DEADLINE, || {
         let (status, v) = a.get(path);
@@ -63,7 +74,10 @@ fn converges(a: &Adapter, path: &str, f: impl Fn(&Value) -> Vec<(String, f64)>, 
         std::thread::sleep(Duration::from_millis(50));
         None
     });
-    assert!(ok.is_some(), "{path}: never matched the script: last {last:?}");
+    assert!(
+        ok.is_some(),
+        "{path}: never matched the script: last {last:?}"
+    );
 }
 
 struct Setup {
@@ -75,7 +89,11 @@ struct Setup {
 
 fn setup() -> Setup {
     let api = FakeApiServer::start().expect("fake API server");
-    for (name, replica) in [("vllm-7d9f-a", "a"), ("vllm-7d9f-b", "b"), ("vllm-7d9f-c", "c")] {
+    for (name, replica) in [
+        ("vllm-7d9f-a", "a"),
+        ("vllm-7d9f-b", "b"),
+        ("vllm-7d9f-c", "c"),
+    ] {
         api.apply(pod(name, replica));
     }
     let kubeconfig = scratch_dir("serving").join("kubeconfig");
@@ -83,7 +101,10 @@ fn setup() -> Setup {
     // `a` follows a script whose queue grows after 4 s; `b` is set by the test.
     let a = SimEngine::start(
         EngineKind::Vllm,
-        vec![Step::new(0.0, 4.0, 2.0, 0.3), Step::new(4.0, 12.0, 6.0, 0.7)],
+        vec![
+            Step::new(0.0, 4.0, 2.0, 0.3),
+            Step::new(4.0, 12.0, 6.0, 0.7),
+        ],
     );
     let b = SimEngine::start(EngineKind::Vllm, vec![Step::new(0.0, 3.0, 1.0, 0.5)]);
     a.set_tokens_per_second(200.0);
@@ -118,7 +139,9 @@ fn setup() -> Setup {
 }
 
 fn pods_path(metric: &str, selector: &str) -> String {
-    format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/pods/*/{metric}?labelSelector={selector}")
+    format!(
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/pods/*/{metric}?labelSelector={selector}"
+    )
 }
 
 #[test]
@@ -137,41 +160,84 @@ fn serving_signals_follow_the_engines_on_every_face() {
             ]
         }
     };
-    converges(a, &pods_path("serving_requests_waiting", "app%3Dvllm"), items, per_pod(|s| s.waiting));
-    converges(a, &pods_path("serving_kv_cache_usage", "app%3Dvllm"), items, per_pod(|s| s.kv_cache));
-    converges(a, &pods_path("serving_requests_running", "app%3Dvllm"), items, per_pod(|s| s.running));
-    converges(a, &pods_path("sim_waiting_max", "app%3Dvllm"), items, per_pod(|s| s.waiting));
+    converges(
+        a,
+        &pods_path("serving_requests_waiting", "app%3Dvllm"),
+        items,
+        per_pod(|s| s.waiting),
+    );
+    converges(
+        a,
+        &pods_path("serving_kv_cache_usage", "app%3Dvllm"),
+        items,
+        per_pod(|s| s.kv_cache),
+    );
+    converges(
+        a,
+        &pods_path("serving_requests_running", "app%3Dvllm"),
+        items,
+        per_pod(|s| s.running),
+    );
+    converges(
+        a,
+        &pods_path("sim_waiting_max", "app%3Dvllm"),
+        items,
+        per_pod(|s| s.waiting),
+    );
     // The script's step at 4 s reaches the adapter.
-    wait_for("a's second step", DEADLINE, || (ea.elapsed() > Duration::from_secs(4)).then_some(()));
+    wait_for("a's second step", DEADLINE, || {
+        (ea.elapsed() > Duration::from_secs(4)).then_some(())
+    });
     assert_eq!(ea.state().waiting, 12.0);
-    converges(a, &pods_path("serving_requests_waiting", "app%3Dvllm"), items, per_pod(|s| s.waiting));
+    converges(
+        a,
+        &pods_path("serving_requests_waiting", "app%3Dvllm"),
+        items,
+        per_pod(|s| s.waiting),
+    );
     eb.set(7.0, 2.0, 0.25);
 
     // The workload, custom.metrics: the mean over its pods with data.
     let mean = |metric: fn(&Step) -> f64| {
-        move || vec![("vllm".to_string(), milli((metric(&ea.state()) + metric(&eb.state())) / 2.0))]
+        move || {
+            vec![(
+                "vllm".to_string(),
+                milli((metric(&ea.state()) + metric(&eb.state())) / 2.0),
+            )]
+        }
     };
     converges(
         a,
-        &format!("/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/deployments.apps/vllm/serving_requests_waiting"),
+        &format!(
+            "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NS}/deployments.apps/vllm/serving_requests_waiting"
+        ),
         items,
         mean(|s| s.waiting),
     );
     // external.metrics: one item, the sum over the workload's pods (by label), or the
     // namespace's.
     let sum = |metric: fn(&Step) -> f64| {
-        move || vec![(String::new(), milli(metric(&ea.state()) + metric(&eb.state())))]
+        move || {
+            vec![(
+                String::new(),
+                milli(metric(&ea.state()) + metric(&eb.state())),
+            )]
+        }
     };
     for selector in ["?labelSelector=app%3Dvllm", ""] {
         converges(
             a,
-            &format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_requests_waiting{selector}"),
+            &format!(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_requests_waiting{selector}"
+            ),
             items,
             sum(|s| s.waiting),
         );
         converges(
             a,
-            &format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_kv_cache_usage{selector}"),
+            &format!(
+                "/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_kv_cache_usage{selector}"
+            ),
             items,
             sum(|s| s.kv_cache),
         );
@@ -203,16 +269,25 @@ fn serving_signals_follow_the_engines_on_every_face() {
 
     // Tokens per second: the counter's rate across two scrapes (a: 200/s; b: none).
     let tps = wait_for("a's tokens per second", DEADLINE, || {
-        let (status, v) = a.get(&pods_path("serving_generation_tokens_per_second", "replica%3Da"));
+        let (status, v) = a.get(&pods_path(
+            "serving_generation_tokens_per_second",
+            "replica%3Da",
+        ));
         (status == 200).then(|| items(&v)[0].1)
     });
-    assert!((tps - 200.0).abs() < 200.0 * 0.2, "tokens/s {tps}, the engine generates 200/s");
+    assert!(
+        (tps - 200.0).abs() < 200.0 * 0.2,
+        "tokens/s {tps}, the engine generates 200/s"
+    );
 
     // Time to first token: requests observed at 70 ms fall in vLLM's (0.06, 0.08]
     // bucket, so every quantile lies in it.
     let ttft = wait_for("b's TTFT p95", DEADLINE, || {
         eb.observe_ttft(0.07, 20);
-        let (status, v) = a.get(&pods_path("serving_time_to_first_token_seconds_p95", "replica%3Db"));
+        let (status, v) = a.get(&pods_path(
+            "serving_time_to_first_token_seconds_p95",
+            "replica%3Db",
+        ));
         std::thread::sleep(Duration::from_millis(100));
         (status == 200).then(|| items(&v)[0].1)
     });
@@ -236,20 +311,30 @@ fn serving_signals_follow_the_engines_on_every_face() {
     // Stale: b's engine goes down; once past --max-staleness its values are gone.
     eb.set_down(true);
     let scrapes = eb.scrapes();
-    wait_for("b scraped while down", DEADLINE, || (eb.scrapes() > scrapes).then_some(()));
+    wait_for("b scraped while down", DEADLINE, || {
+        (eb.scrapes() > scrapes).then_some(())
+    });
     let body = wait_for("b stale", DEADLINE, || {
         let (status, body) = a.get(&pods_path("serving_requests_waiting", "replica%3Db"));
         (status == 404).then_some(body)
     });
-    assert!(body.to_string().contains("1 pods with stale data"), "{body}");
+    assert!(
+        body.to_string().contains("1 pods with stale data"),
+        "{body}"
+    );
     let (status, body) = a.get(&format!(
         "/metrics-api/namespaces/{NS}/serving_kv_cache_usage?podSelector=replica%3Db"
     ));
-    assert!(status >= 400 && body.to_string().contains("stale"), "{status} {body}");
+    assert!(
+        status >= 400 && body.to_string().contains("stale"),
+        "{status} {body}"
+    );
     // The workload's sum is now a's alone (b and c left out, as for GPU metrics).
     converges(
         a,
-        &format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_requests_waiting?labelSelector=app%3Dvllm"),
+        &format!(
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_requests_waiting?labelSelector=app%3Dvllm"
+        ),
         items,
         || vec![(String::new(), milli(ea.state().waiting))],
     );
@@ -297,8 +382,15 @@ fn keda_answers(s: &Setup) {
         ]);
         let (ea, eb) = (&s.a, &s.b);
         for (r, want) in [
-            (kv.clone(), Box::new(|| (ea.state().kv_cache + eb.state().kv_cache) / 2.0) as Box<dyn Fn() -> f64>),
-            (queue.clone(), Box::new(|| ea.state().waiting + eb.state().waiting)),
+            (
+                kv.clone(),
+                Box::new(|| (ea.state().kv_cache + eb.state().kv_cache) / 2.0)
+                    as Box<dyn Fn() -> f64>,
+            ),
+            (
+                queue.clone(),
+                Box::new(|| ea.state().waiting + eb.state().waiting),
+            ),
         ] {
             let deadline = std::time::Instant::now() + DEADLINE;
             loop {
@@ -314,11 +406,23 @@ fn keda_answers(s: &Setup) {
                 if (got - want()).abs() < 1e-9 {
                     break;
                 }
-                assert!(std::time::Instant::now() < deadline, "{:?}: {got} != {}", r.scaler_metadata, want());
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{:?}: {got} != {}",
+                    r.scaler_metadata,
+                    want()
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        assert!(client.is_active(queue).await.expect("active").into_inner().result);
+        assert!(
+            client
+                .is_active(queue)
+                .await
+                .expect("active")
+                .into_inner()
+                .result
+        );
         let never = so(&[
             ("metric", "serving_requests_waiting"),
             ("targetValue", "10"),
@@ -338,18 +442,32 @@ fn keda_answers(s: &Setup) {
 #[test]
 fn bad_serving_flags_stop_the_adapter_with_a_clear_error() {
     for (args, says) in [
-        (vec!["--serving-target", "vllm-0=http://x/metrics"], "NAMESPACE/POD=URL"),
         (
-            vec!["--serving-target", "llm/a=http://127.0.0.1:1/metrics", "--serving-metric", "q=x:median"],
+            vec!["--serving-target", "vllm-0=http://x/metrics"],
+            "NAMESPACE/POD=URL",
+        ),
+        (
+            vec![
+                "--serving-target",
+                "llm/a=http://127.0.0.1:1/metrics",
+                "--serving-metric",
+                "q=x:median",
+            ],
             "not one of sum",
         ),
         (
-            vec!["--serving-target", "llm/a=http://127.0.0.1:1/metrics", "--serving-metric", "serving_requests_waiting=x:sum"],
+            vec![
+                "--serving-target",
+                "llm/a=http://127.0.0.1:1/metrics",
+                "--serving-metric",
+                "serving_requests_waiting=x:sum",
+            ],
             "built-in",
         ),
     ] {
         let out = Adapter::command(&args).output().expect("run the adapter");
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
         assert!(!out.status.success(), "{args:?} must fail");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
@@ -357,12 +475,21 @@ fn bad_serving_flags_stop_the_adapter_with_a_clear_error() {
 
 /// An EndpointSlice of Service `service`, labelled as its Service (`labels`), with one
 /// ready endpoint on loopback for `pod`, port `metrics` = `port`.
-fn engine_slice(service: &str, labels: &[(&str, &str)], pod: &str, port: u16) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+fn engine_slice(
+    service: &str,
+    labels: &[(&str, &str)],
+    pod: &str,
+    port: u16,
+) -> k8s_openapi::api::discovery::v1::EndpointSlice {
     use k8s_openapi::api::core::v1::ObjectReference;
-    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+    use k8s_openapi::api::discovery::v1::{
+        Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let mut all_labels: BTreeMap<String, String> =
-        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut all_labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     all_labels.insert("kubernetes.io/service-name".into(), service.into());
     EndpointSlice {
         address_type: "IPv4".into(),
@@ -413,7 +540,14 @@ fn engines_behind_labelled_services_are_discovered() {
     let vllm = SimEngine::start(EngineKind::Vllm, vec![Step::new(0.0, 6.0, 2.0, 0.4)]);
     let sglang = SimEngine::start(EngineKind::Sglang, vec![Step::new(0.0, 9.0, 3.0, 0.6)]);
     let other = SimEngine::start(EngineKind::Vllm, vec![Step::new(0.0, 100.0, 1.0, 0.1)]);
-    let port = |e: &SimEngine| e.url().rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
+    let port = |e: &SimEngine| {
+        e.url()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .expect("port")
+    };
     let serving = [("gpu-metrics.io/serving", "true")];
     api.apply_endpoint_slice(engine_slice("vllm", &serving, "vllm-7d9f-a", port(&vllm)));
     api.apply_endpoint_slice(engine_slice("sglang", &serving, "sglang-0", port(&sglang)));
@@ -445,5 +579,9 @@ fn engines_behind_labelled_services_are_discovered() {
         items,
         || vec![("sglang-0".to_string(), milli(sglang.state().kv_cache))],
     );
-    assert_eq!(other.scrapes(), 0, "an unlabelled Service's engine is not scraped");
+    assert_eq!(
+        other.scrapes(),
+        0,
+        "an unlabelled Service's engine is not scraped"
+    );
 }

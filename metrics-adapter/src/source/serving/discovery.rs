@@ -28,7 +28,11 @@ pub fn targets_from_slices<'a>(
             continue;
         };
         for endpoint in slice.endpoints.iter().filter(|e| is_ready(e)) {
-            let Some(pod) = endpoint.target_ref.as_ref().filter(|r| r.kind.as_deref() == Some("Pod")) else {
+            let Some(pod) = endpoint
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"))
+            else {
                 continue;
             };
             let namespace = pod
@@ -43,7 +47,10 @@ pub fn targets_from_slices<'a>(
                 .first()
                 .and_then(|a| url_host(a, &slice.address_type))
             {
-                out.insert(format!("{scheme}://{host}:{port}{METRICS_PATH}"), (namespace, name));
+                out.insert(
+                    format!("{scheme}://{host}:{port}{METRICS_PATH}"),
+                    (namespace, name),
+                );
             }
         }
     }
@@ -165,6 +172,9 @@ mod tests {
         );
         let http = targets_from_slices([&slice], "http", "https");
         assert!(http.contains_key("https://10.0.0.1:8000/metrics"));
-        assert!(targets_from_slices([&slice], "grpc", "http").is_empty(), "no such port");
+        assert!(
+            targets_from_slices([&slice], "grpc", "http").is_empty(),
+            "no such port"
+        );
     }
 }

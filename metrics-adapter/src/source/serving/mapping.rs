@@ -225,7 +225,11 @@ mod tests {
         assert_eq!(m.matchers.len(), 2);
         let s = [
             series("my:queue_depth", &[("model", "llama"), ("shard", "a")], 3.0),
-            series("my:queue_depth", &[("model", "llama"), ("shard", "b")], 100.0),
+            series(
+                "my:queue_depth",
+                &[("model", "llama"), ("shard", "b")],
+                100.0,
+            ),
             series("my:queue_depth", &[("model", "llama")], 4.0),
             series("my:queue_depth", &[("model", "other")], 1000.0),
             series("my:other", &[("model", "llama")], 1000.0),
@@ -236,7 +240,11 @@ mod tests {
         let avg = parse(r#"q=my:queue_depth{model="llama"}:avg"#, &[]).unwrap();
         assert_eq!(avg.evaluate(&s), Some(107.0 / 3.0));
         let none = parse(r#"q=my:queue_depth{model="x"}:min"#, &[]).unwrap();
-        assert_eq!(none.evaluate(&s), None, "no matching series is no value, not 0");
+        assert_eq!(
+            none.evaluate(&s),
+            None,
+            "no matching series is no value, not 0"
+        );
     }
 
     #[test]
@@ -253,10 +261,17 @@ mod tests {
             ("q=x{a=1}:sum", "double quotes"),
             ("q=x{1a=\"1\"}:sum", "not a label name"),
         ] {
-            let e = parse(text, &["serving_requests_waiting"]).unwrap_err().to_string();
+            let e = parse(text, &["serving_requests_waiting"])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(why), "{text}: {e}");
         }
         let twice = ["q=x:sum".to_string(), "q=y:sum".to_string()];
-        assert!(parse_all(&twice, &[]).unwrap_err().to_string().contains("twice"));
+        assert!(
+            parse_all(&twice, &[])
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
     }
 }

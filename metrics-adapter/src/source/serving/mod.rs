@@ -47,7 +47,9 @@ pub fn parse_target(text: &str) -> Result<ServingTarget, Error> {
         ))
     };
     let (pod, url) = text.split_once('=').ok_or_else(|| bad("no `=`"))?;
-    let (namespace, name) = pod.split_once('/').ok_or_else(|| bad("no `/` in the pod"))?;
+    let (namespace, name) = pod
+        .split_once('/')
+        .ok_or_else(|| bad("no `/` in the pod"))?;
     let dns = |s: &str, max: usize| {
         !s.is_empty()
             && s.len() <= max
@@ -95,7 +97,11 @@ pub struct ServingReader {
 }
 
 impl ServingReader {
-    pub fn new(pods: TargetPods, mappings: Vec<Mapping>, names: Vec<&'static str>) -> ServingReader {
+    pub fn new(
+        pods: TargetPods,
+        mappings: Vec<Mapping>,
+        names: Vec<&'static str>,
+    ) -> ServingReader {
         ServingReader {
             pods,
             mappings,
@@ -171,10 +177,14 @@ impl ServingReader {
             current.ttft = s.ttft.clone();
         }
         for (m, name) in self.mappings.iter().zip(&self.names) {
-            let Some(v) = m.evaluate(&series) else { continue };
+            let Some(v) = m.evaluate(&series) else {
+                continue;
+            };
             if m.aggregation == Aggregation::Rate {
                 current.mapped.insert(m.name.clone(), v);
-                if let Some(rate) = before.and_then(|b| rate(b.mapped.get(&m.name).copied()?, v, b.at, now)) {
+                if let Some(rate) =
+                    before.and_then(|b| rate(b.mapped.get(&m.name).copied()?, v, b.at, now))
+                {
                     values.insert(GpuMetric::Mapped(name), rate);
                 }
             } else {
@@ -258,7 +268,10 @@ mod tests {
             url.to_string(),
             ("llm".to_string(), "vllm-0".to_string()),
         )])));
-        let mappings: Vec<Mapping> = mappings.iter().map(|m| mapping::parse(m, &[]).unwrap()).collect();
+        let mappings: Vec<Mapping> = mappings
+            .iter()
+            .map(|m| mapping::parse(m, &[]).unwrap())
+            .collect();
         let names = mappings.iter().map(|m| &*m.name.clone().leak()).collect();
         (ServingReader::new(pods, mappings, names), url)
     }
@@ -278,25 +291,46 @@ mod tests {
 
     #[test]
     fn rates_and_quantiles_come_from_two_answers() {
-        let (r, url) = reader(&["my_rate=vllm:generation_tokens_total:rate", "my_q=my_queue:max"]);
+        let (r, url) = reader(&[
+            "my_rate=vllm:generation_tokens_total:rate",
+            "my_q=my_queue:max",
+        ]);
         let t0 = Instant::now();
         let pod = ("llm".to_string(), "vllm-0".to_string());
         let first = r
-            .read(url, "text/plain; version=0.0.4", vllm(4.0, 1000.0, [0.0, 0.0, 0.0]).as_bytes(), 100, t0)
+            .read(
+                url,
+                "text/plain; version=0.0.4",
+                vllm(4.0, 1000.0, [0.0, 0.0, 0.0]).as_bytes(),
+                100,
+                t0,
+            )
             .unwrap();
         let v = &first[&pod].values;
         assert_eq!(v.get(&GpuMetric::ServingRequestsWaiting), Some(&4.0));
         assert_eq!(v.get(&GpuMetric::ServingKvCacheUsage), Some(&0.5));
         assert_eq!(v.get(&GpuMetric::Mapped("my_q")), Some(&11.0));
-        assert!(!v.contains_key(&GpuMetric::ServingGenerationTokensPerSecond), "one answer: no rate");
+        assert!(
+            !v.contains_key(&GpuMetric::ServingGenerationTokensPerSecond),
+            "one answer: no rate"
+        );
         assert!(!v.contains_key(&GpuMetric::Mapped("my_rate")));
         // 2 s later: 500 more tokens; 10 first tokens, 8 within 0.1 s, 2 within 1 s.
         let t1 = t0 + Duration::from_secs(2);
         let second = r
-            .read(url, "", vllm(6.0, 1500.0, [8.0, 10.0, 10.0]).as_bytes(), 100, t1)
+            .read(
+                url,
+                "",
+                vllm(6.0, 1500.0, [8.0, 10.0, 10.0]).as_bytes(),
+                100,
+                t1,
+            )
             .unwrap();
         let v = &second[&pod].values;
-        assert_eq!(v.get(&GpuMetric::ServingGenerationTokensPerSecond), Some(&250.0));
+        assert_eq!(
+            v.get(&GpuMetric::ServingGenerationTokensPerSecond),
+            Some(&250.0)
+        );
         assert_eq!(v.get(&GpuMetric::Mapped("my_rate")), Some(&250.0));
         // p50: rank 5 of 8 in (0, 0.1]; p95: rank 9.5, half-way through (0.1, 1].
         let p50 = v[&GpuMetric::ServingTimeToFirstTokenP50];
@@ -307,7 +341,13 @@ mod tests {
         // gauges still.
         let t2 = t1 + Duration::from_secs(2);
         let third = r
-            .read(url, "", vllm(1.0, 10.0, [0.0, 0.0, 0.0]).as_bytes(), 100, t2)
+            .read(
+                url,
+                "",
+                vllm(1.0, 10.0, [0.0, 0.0, 0.0]).as_bytes(),
+                100,
+                t2,
+            )
             .unwrap();
         let v = &third[&pod].values;
         assert_eq!(v.get(&GpuMetric::ServingRequestsWaiting), Some(&1.0));
@@ -319,21 +359,48 @@ mod tests {
     fn unknown_expositions_and_targets_are_errors() {
         let (r, url) = reader(&[]);
         let now = Instant::now();
-        let e = r.read(url, "text/plain", b"something_else 1\n", 100, now).unwrap_err();
-        assert!(e.to_string().contains("no serving engine recognised"), "{e}");
         let e = r
-            .read(url, "text/plain", b"vllm:num_requests_waiting 1\nsglang:num_queue_reqs 2\n", 100, now)
+            .read(url, "text/plain", b"something_else 1\n", 100, now)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("no serving engine recognised"),
+            "{e}"
+        );
+        let e = r
+            .read(
+                url,
+                "text/plain",
+                b"vllm:num_requests_waiting 1\nsglang:num_queue_reqs 2\n",
+                100,
+                now,
+            )
             .unwrap_err();
         assert!(e.to_string().contains("several engines"), "{e}");
         let e = r
             .read(url, "application/vnd.google.protobuf", b"", 100, now)
             .unwrap_err();
         assert!(e.to_string().contains("not the Prometheus text"), "{e}");
-        assert!(r.read("http://elsewhere/metrics", "", b"vllm:num_requests_waiting 1", 100, now).is_err());
+        assert!(
+            r.read(
+                "http://elsewhere/metrics",
+                "",
+                b"vllm:num_requests_waiting 1",
+                100,
+                now
+            )
+            .is_err()
+        );
         // A user mapping alone makes an unknown engine usable.
         let (r, url) = reader(&["depth=something_else:sum"]);
         let v = r.read(url, "", b"something_else 3\n", 100, now).unwrap();
-        assert_eq!(v.values().next().unwrap().values.get(&GpuMetric::Mapped("depth")), Some(&3.0));
+        assert_eq!(
+            v.values()
+                .next()
+                .unwrap()
+                .values
+                .get(&GpuMetric::Mapped("depth")),
+            Some(&3.0)
+        );
     }
 
     #[test]

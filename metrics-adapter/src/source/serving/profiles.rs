@@ -165,11 +165,14 @@ impl Family<'_> {
     }
 
     fn sum(&self, matcher: Option<(&str, &str)>) -> Option<f64> {
-        self.values(matcher).fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
+        self.values(matcher)
+            .fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
     }
 
     fn mean(&self, matcher: Option<(&str, &str)>) -> Option<f64> {
-        let (sum, n) = self.values(matcher).fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+        let (sum, n) = self
+            .values(matcher)
+            .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
         (n > 0).then(|| sum / f64::from(n))
     }
 
@@ -215,7 +218,11 @@ pub fn quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
             if count == lower.1 {
                 return Some(le);
             }
-            let start = if lower.0 == 0.0 && le < 0.0 { le } else { lower.0 };
+            let start = if lower.0 == 0.0 && le < 0.0 {
+                le
+            } else {
+                lower.0
+            };
             return Some(start + (le - start) * (rank - lower.1) / (count - lower.1));
         }
         lower = (le, count);
@@ -308,7 +315,10 @@ mod tests {
         let ttft = s.ttft.unwrap();
         assert_eq!(ttft[0], (0.1, 1.0), "milliseconds to seconds");
         // Without the fraction, used over max.
-        let older = include_str!("fixtures/triton.txt").replace("kv_cache_block_type=\"fraction\"", "kv_cache_block_type=\"other\"");
+        let older = include_str!("fixtures/triton.txt").replace(
+            "kv_cache_block_type=\"fraction\"",
+            "kv_cache_block_type=\"other\"",
+        );
         let (_, s) = signals_of(&older);
         assert_eq!(s.kv_cache, Some(1560.0 / 6240.0));
     }
@@ -326,7 +336,12 @@ mod tests {
         let before = [(0.1, 0.0), (0.5, 40.0), (1.0, 80.0), (f64::INFINITY, 90.0)];
         assert_eq!(
             delta(&b, &before),
-            Some(vec![(0.1, 0.0), (0.5, 10.0), (1.0, 10.0), (f64::INFINITY, 10.0)])
+            Some(vec![
+                (0.1, 0.0),
+                (0.5, 10.0),
+                (1.0, 10.0),
+                (f64::INFINITY, 10.0)
+            ])
         );
         assert_eq!(delta(&before, &b), None, "a restart");
     }

@@ -40,7 +40,7 @@ pub fn parse(
         let mut rest = &line[end..];
         let mut labels = Vec::new();
         if let Some(after) = rest.strip_prefix('{') {
-            rest = parse_labels(after, &mut labels).map_err(|why| bad(why))?;
+            rest = parse_labels(after, &mut labels).map_err(&bad)?;
         }
         let value = rest
             .split_ascii_whitespace()
@@ -158,14 +158,26 @@ vllm:y -Inf
             b"vllm:a{x=\"1\"y=\"2\"} 1",
             b"\xff",
         ] {
-            assert!(parse(bad, 10, |_| true).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                parse(bad, 10, |_| true).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         // A malformed line of an unwanted family is skipped, not refused.
-        assert_eq!(parse(b"other{x=1} 2\nvllm:a 1", 10, |n| n == "vllm:a").unwrap().len(), 1);
+        assert_eq!(
+            parse(b"other{x=1} 2\nvllm:a 1", 10, |n| n == "vllm:a")
+                .unwrap()
+                .len(),
+            1
+        );
         let many = "vllm:a 1\n".repeat(11);
         assert!(matches!(
             parse(many.as_bytes(), 10, |_| true),
-            Err(Error::OverLimit { reason: Rejection::SeriesLimit, .. })
+            Err(Error::OverLimit {
+                reason: Rejection::SeriesLimit,
+                ..
+            })
         ));
     }
 }
