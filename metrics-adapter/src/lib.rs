@@ -85,7 +85,10 @@ pub fn run(cli: Cli) -> Result<(), Error> {
 async fn serve(cli: Cli) -> Result<(), Error> {
     let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
     let pods = Arc::new(ArcSwap::from_pointee(PodIndex::default()));
-    let telemetry = Arc::new(Telemetry::new(fleet.clone(), cli.staleness()));
+    let serving = Arc::new(ArcSwap::from_pointee(Fleet::default()));
+    let mut telemetry = Telemetry::new(fleet.clone(), cli.staleness());
+    telemetry.watch_serving(serving.clone(), cli.staleness());
+    let telemetry = Arc::new(telemetry);
     // One in-flight budget over the exporters and the serving engines.
     let limits = cli.limits()?;
     let targets = start_source(
@@ -94,7 +97,6 @@ async fn serve(cli: Cli) -> Result<(), Error> {
         telemetry.source.clone(),
         limits.clone(),
     )?;
-    let serving = Arc::new(ArcSwap::from_pointee(Fleet::default()));
     let serving_discovery = start_serving(
         &cli,
         serving.clone(),

@@ -119,6 +119,17 @@ impl Telemetry {
         }
     }
 
+    /// The serving engines' view gets the source gauges too, `serving_`-prefixed
+    /// (`serving_source_targets`, `serving_pods_fresh`, …).
+    pub fn watch_serving(&mut self, serving: Arc<ArcSwap<Fleet>>, staleness: Duration) {
+        self.registry
+            .sub_registry_with_prefix("serving")
+            .register_collector(Box::new(FleetCollector {
+                fleet: serving,
+                staleness,
+            }));
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut text = String::with_capacity(4096);
@@ -294,7 +305,7 @@ impl Collector for FleetCollector {
         gauge(
             &mut encoder,
             "pods_fresh",
-            "Pods with GPU values within the staleness limit.",
+            "Pods with values within the staleness limit.",
             None,
             count(fresh),
         )?;

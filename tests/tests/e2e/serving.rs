@@ -344,6 +344,17 @@ fn serving_signals_follow_the_engines_on_every_face() {
         metrics.contains("gpu_metrics_adapter_serving_source_scrapes_total{result=\"failure\"}"),
         "{metrics}"
     );
+    // Three targets, of which `a` alone answers now; its pod alone is fresh.
+    for line in [
+        "gpu_metrics_adapter_serving_source_targets 3",
+        "gpu_metrics_adapter_serving_source_targets_answering 1",
+        "gpu_metrics_adapter_serving_pods_fresh 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} not in {metrics}"
+        );
+    }
 }
 
 /// KEDA's gRPC scaler on the serving metrics: the Deployment's KV cache averaged, the
