@@ -1,7 +1,7 @@
 //! Command-line flags. Flags shared with dcgm-exporter keep its names, short forms and
 //! environment variables, so existing DaemonSet values carry over.
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
 use kube_support::duration;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -180,6 +180,65 @@ pub struct Cli {
     #[arg(long, env = "RUST_LOG", hide_env_values = true, default_value = "info",
           value_parser = kube_support::log_filter::parse)]
     pub log_level: String,
+
+    // ---- dcgm-exporter flags, accepted here; their behaviour is built by other parts of
+    // issue 17. Names, short forms, environment variables and defaults are dcgm-exporter's
+    // (pkg/cmd/app.go); booleans take Go's spellings (true, 1, t, false, 0, f, ...).
+    /// Enable kubernetes pod labels in metrics. This parameter is effective only when the
+    /// '--kubernetes' option is set to 'true'.
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", hide_env_values = true,
+          value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
+    pub kubernetes_enable_pod_labels: bool,
+
+    /// Regex patterns for filtering pod labels to include in metrics (comma-separated).
+    /// Empty means include all labels. This parameter is effective only when
+    /// '--kubernetes-enable-pod-labels' is true.
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", hide_env_values = true,
+          value_name = "REGEXES", value_delimiter = ',')]
+    pub kubernetes_pod_label_allowlist_regex: Vec<String>,
+
+    /// Enable kubernetes pod UID in metrics. This parameter is effective only when the
+    /// '--kubernetes' option is set to 'true'.
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", hide_env_values = true,
+          value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
+    pub kubernetes_enable_pod_uid: bool,
+
+    /// Capture metrics associated with virtual GPUs exposed by Kubernetes device plugins
+    /// when using GPU sharing strategies, e.g. time-sharing or MPS.
+    #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", hide_env_values = true,
+          value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
+    pub kubernetes_virtual_gpus: bool,
+
+    /// Capture metrics associated with GPUs managed by Kubernetes Dynamic Resource
+    /// Allocation (DRA) API.
+    #[arg(long, env = "KUBERNETES_ENABLE_DRA", hide_env_values = true,
+          value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
+    pub kubernetes_enable_dra: bool,
+
+    /// Path to HPC job mapping file directory used for mapping GPUs to jobs (empty: none).
+    #[arg(long, env = "DCGM_HPC_JOB_MAPPING_DIR", hide_env_values = true, value_name = "PATH",
+          value_parser = path_or_empty)]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
+
+    /// ConfigMap <NAMESPACE>:<NAME> for metric data (none: read no ConfigMap).
+    #[arg(short = 'm', long, env = "DCGM_EXPORTER_CONFIGMAP_DATA", hide_env_values = true,
+          value_name = "NAMESPACE:NAME", default_value = "none")]
+    pub configmap_data: String,
+
+    /// Set time window size in milliseconds (ms) for counting active XID errors.
+    #[arg(short = 'x', long, env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", hide_env_values = true,
+          value_name = "MS", default_value_t = 300_000)]
+    pub xid_count_window_size: u64,
+
+    /// Set time window size in milliseconds (ms) for counting clock events.
+    #[arg(long, env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", hide_env_values = true,
+          value_name = "MS", default_value_t = 300_000)]
+    pub clock_events_count_window_size: u64,
+    // ---- end of the dcgm-exporter flags built by other parts of issue 17 ----
 }
 
 impl Cli {
@@ -219,4 +278,16 @@ impl Cli {
 /// A path, where an empty value is allowed (clap's path parser refuses one).
 fn path_or_empty(text: &str) -> Result<PathBuf, std::convert::Infallible> {
     Ok(PathBuf::from(text))
+}
+
+/// A boolean as Go's strconv.ParseBool reads it (dcgm-exporter's flags and environment
+/// variables): 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False.
+pub fn go_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        other => Err(format!(
+            "{other:?} is not a boolean (true, false, 1, 0, t, f, TRUE, FALSE, True, False)"
+        )),
+    }
 }

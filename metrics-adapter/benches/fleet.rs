@@ -601,6 +601,8 @@ fn main() {
         pods: pods.clone(),
         staleness: INTERVAL * 3,
         window_seconds: INTERVAL.as_secs(),
+        catalog: Default::default(),
+        signals: gpu_metrics_adapter::source::signal::handle(),
     });
     let opts = scrape::ScrapeOptions {
         targets: Arc::new(ArcSwap::from_pointee(fake.urls.clone())),
@@ -735,6 +737,8 @@ fn main() {
         pods,
         staleness: Duration::from_secs(3600),
         window_seconds: INTERVAL.as_secs(),
+        catalog: Default::default(),
+        signals: gpu_metrics_adapter::source::signal::handle(),
     });
     let quiet = rt
         .block_on(rt.spawn(run_queries(http::router(quiet_state))))

@@ -218,6 +218,8 @@ async fn run_config(cfg: &Config, scale: u32, trials: usize, rng: &mut Rng) -> V
         pods: Arc::new(ArcSwap::from_pointee(PodIndex::default())),
         staleness: scrape * 3,
         window_seconds: scrape.as_secs().max(1),
+        catalog: Default::default(),
+        signals: gpu_metrics_adapter::source::signal::handle(),
     }));
     let limit = (sample + scrape) * 5;
     let start_sampler = |first| {

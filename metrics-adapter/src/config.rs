@@ -310,6 +310,45 @@ pub struct Cli {
     )]
     pub prometheus_max_series: usize,
 
+    /// A composite metric, `NAME=EXPRESSION` (repeatable): numbers, per-pod metric
+    /// names, + - * /, min(...), max(...), parentheses, e.g.
+    /// `pressure=max(gpu_utilization/70, gpu_memory_utilization/80)`. Evaluated per pod;
+    /// served like the built-in metrics.
+    #[arg(
+        long = "composite-metric",
+        value_name = "NAME=EXPRESSION",
+        help_heading = "Composite metrics and signals"
+    )]
+    pub composite_metrics: Vec<String>,
+
+    /// File of composite metrics, one `NAME = EXPRESSION` a line (`#` comments).
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = "Composite metrics and signals"
+    )]
+    pub composite_metrics_file: Option<PathBuf>,
+
+    /// A signal without pods, for scale from zero (repeatable):
+    /// `NAMESPACE/NAME=URL#SERIES` (the sum of SERIES, `name` or `name{label="v"}`, in
+    /// the text exposition at URL, e.g. a gateway's /metrics) or
+    /// `NAMESPACE/NAME=promql:QUERY`. Served as the external metric NAME of NAMESPACE
+    /// and as a KEDA trigger metric.
+    #[arg(long = "signal", value_name = "NAMESPACE/NAME=SOURCE", value_parser = crate::source::signal::parse_spec, help_heading = "Composite metrics and signals")]
+    pub signals: Vec<crate::source::signal::SignalSpec>,
+
+    /// The Prometheus-compatible API of `promql:` signals; default: --prometheus-url.
+    #[arg(
+        long,
+        value_name = "URL",
+        help_heading = "Composite metrics and signals"
+    )]
+    pub signal_prometheus_url: Option<String>,
+
+    /// How often every signal is read; KEDA's StreamIsActive hears of a change within it.
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = duration::parse_flag, help_heading = "Composite metrics and signals")]
+    pub signal_interval: Duration,
+
     /// kubeconfig for the pod watch; default: the in-cluster service account.
     #[arg(long, env = "KUBECONFIG", hide_env_values = true, value_name = "PATH")]
     pub kubeconfig: Option<std::path::PathBuf>,
@@ -345,6 +384,24 @@ impl Cli {
             self.max_pods,
         )
         .map_err(Error::Config)
+    }
+
+    /// The composite metrics and signals the flags declare; an error names the bad one.
+    pub fn catalog(&self) -> Result<crate::query::composite::Catalog, Error> {
+        let mut composites: Vec<(String, String)> = self
+            .composite_metrics
+            .iter()
+            .map(|d| ("--composite-metric".to_string(), d.clone()))
+            .collect();
+        if let Some(path) = &self.composite_metrics_file {
+            composites.extend(crate::query::composite::Catalog::read_file(path)?);
+        }
+        let signals: Vec<(String, String)> = self
+            .signals
+            .iter()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+            .collect();
+        crate::query::composite::Catalog::new(&composites, &signals)
     }
 
     pub fn staleness(&self) -> Duration {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Instant, SystemTime};
 
 /// The metrics the adapter serves: the five GPU metrics, with no configuration; the
-/// serving-engine signals of the built-in profiles ([`crate::source::serving`]); and
+/// serving-engine signals of the built-in profiles (the serving source); and
 /// the user-defined serving mappings (`--serving-metric`), by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GpuMetric {

@@ -97,12 +97,15 @@ async fn serve(cli: Cli) -> Result<(), Error> {
         telemetry.source.clone(),
         limits.clone(),
     )?;
+    // Before the catalog: it checks composites' inputs against the served names.
     let serving_discovery = start_serving(
         &cli,
         serving.clone(),
         telemetry.serving_source.clone(),
         limits,
     )?;
+    let catalog = Arc::new(cli.catalog()?);
+    let signals = start_signals(&cli, telemetry.source.clone())?;
     start_watches(&cli, targets, serving_discovery, pods.clone()).await?;
     let state = Arc::new(AppState {
         fleet,
@@ -110,6 +113,8 @@ async fn serve(cli: Cli) -> Result<(), Error> {
         pods,
         staleness: cli.staleness(),
         window_seconds: cli.scrape_interval.as_secs().max(1),
+        catalog,
+        signals,
     });
     let (stop, stopped) = watch::channel(false);
     let grpc = serve_grpc(&cli, state.clone(), &telemetry, stopped.clone()).await?;
@@ -174,6 +179,45 @@ fn start_source(
         .map_err(|e| Error::Config(format!("the exporter scrape client: {e}")))?;
     tokio::spawn(scrape::run(opts, client, exposition::decode, fleet));
     Ok(cli.exporter_urls.is_empty().then_some(targets))
+}
+
+/// The signal loop, when --signal declares any.
+fn start_signals(
+    cli: &Cli,
+    metrics: SourceMetrics,
+) -> Result<source::signal::SignalsHandle, Error> {
+    let signals = source::signal::handle();
+    if cli.signals.is_empty() {
+        return Ok(signals);
+    }
+    let prometheus_url = cli
+        .signal_prometheus_url
+        .clone()
+        .or(cli.prometheus_url.clone());
+    if prometheus_url.is_none()
+        && let Some(s) = cli
+            .signals
+            .iter()
+            .find(|s| matches!(s.source, source::signal::SignalSource::Query(_)))
+    {
+        return Err(Error::Config(format!(
+            "--signal {}/{}: promql: signals need --signal-prometheus-url or --prometheus-url",
+            s.namespace, s.name
+        )));
+    }
+    let opts = source::signal::SignalOptions {
+        specs: cli.signals.clone(),
+        prometheus_url,
+        interval: cli.signal_interval,
+        timeout: cli.scrape_timeout.min(cli.signal_interval * 4),
+        limits: cli.limits()?,
+        metrics,
+    };
+    let client =
+        source::signal::client().map_err(|e| Error::Config(format!("the signal client: {e}")))?;
+    tracing::info!(signals = cli.signals.len(), interval = ?cli.signal_interval, "source: signals without pods");
+    tokio::spawn(source::signal::run(opts, client, signals.clone()));
+    Ok(signals)
 }
 
 /// Follow the serving engines (`--serving-target`), with the user's mappings

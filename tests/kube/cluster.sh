@@ -488,6 +488,11 @@ done
 
 adapter_args=()
 for url in "${exporter_urls[@]}"; do adapter_args+=(--exporter-url "$url"); done
+# Extra adapter flags, whitespace-separated (e.g. --composite-metrics-file PATH).
+if [ -n "${ADAPTER_ARGS:-}" ]; then
+    read -r -a extra_adapter_args <<<"$ADAPTER_ARGS"
+    adapter_args+=("${extra_adapter_args[@]}")
+fi
 start gpu-metrics-adapter "$rust/gpu-metrics-adapter" \
     --bind-address 127.0.0.1 --secure-port "$adapter_port" --grpc-port "$adapter_grpc" \
     --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \

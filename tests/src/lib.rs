@@ -2,6 +2,7 @@
 //! Prometheus and promtool, and wait on conditions (never on fixed sleeps).
 
 pub mod cluster;
+pub mod fake_engine;
 pub mod hpa;
 pub mod https;
 pub mod pki;

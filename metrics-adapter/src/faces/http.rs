@@ -5,7 +5,8 @@
 use crate::api::ApiError;
 use crate::api::quantity::{format_quantity, rfc3339_seconds};
 use crate::api::selector::Selector;
-use crate::fleet::GpuMetric;
+use crate::query::aggregate::Aggregation;
+use crate::query::composite::{Metric, metric_values, signal_value};
 use crate::query::{self, Answer, AppState, Scope};
 use crate::source::pods::Workload;
 use axum::Json;
@@ -126,7 +127,10 @@ async fn group(Path(group): Path<String>) -> Response {
 
 /// Discovery: the metrics the adapter serves, per resource they describe. Static, so
 /// the aggregator's availability probe is answered at once.
-async fn resource_list(Path((group, version)): Path<(String, String)>) -> Response {
+async fn resource_list(
+    State(s): Shared,
+    Path((group, version)): Path<(String, String)>,
+) -> Response {
     if !versions(&group).is_some_and(|v| v.contains(&version.as_str())) {
         return ApiError::not_found(format!(
             "the server could not find the group version {group}/{version}"
@@ -134,24 +138,26 @@ async fn resource_list(Path((group, version)): Path<(String, String)>) -> Respon
         .into_response();
     }
     let mut resources = Vec::new();
-    for m in GpuMetric::served() {
+    for name in s.catalog.pod_metric_names() {
         if group == EXTERNAL_GROUP {
-            resources.push(
-                json!({"name": m.name(), "singularName": "", "namespaced": true,
-                "kind": "ExternalMetricValueList", "verbs": ["get"]}),
-            );
+            resources.push(json!({"name": name, "singularName": "", "namespaced": true,
+                "kind": "ExternalMetricValueList", "verbs": ["get"]}));
             continue;
         }
         for r in ["pods"].iter().chain(WORKLOADS.iter()) {
-            resources.push(
-                json!({"name": format!("{r}/{}", m.name()), "singularName": "",
-                "namespaced": true, "kind": "MetricValueList", "verbs": ["get"]}),
-            );
+            resources.push(json!({"name": format!("{r}/{name}"), "singularName": "",
+                "namespaced": true, "kind": "MetricValueList", "verbs": ["get"]}));
         }
         resources.push(
-            json!({"name": format!("namespaces/{}", m.name()), "singularName": "",
+            json!({"name": format!("namespaces/{name}"), "singularName": "",
             "namespaced": false, "kind": "MetricValueList", "verbs": ["get"]}),
         );
+    }
+    if group == EXTERNAL_GROUP {
+        for name in s.catalog.signal_names() {
+            resources.push(json!({"name": name, "singularName": "", "namespaced": true,
+                "kind": "ExternalMetricValueList", "verbs": ["get"]}));
+        }
     }
     Json(json!({
         "kind": "APIResourceList",
@@ -178,8 +184,33 @@ fn check_query(raw: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
-fn metric_of(name: &str, resource: &str) -> Result<GpuMetric, ApiError> {
-    GpuMetric::from_name(name).ok_or_else(|| ApiError::metric_not_found(name, resource))
+/// The metric a request names (with its `:aggregation` suffix) in `ns`.
+fn metric_of(
+    s: &AppState,
+    ns: &str,
+    name: &str,
+    resource: &str,
+) -> Result<(Metric, Option<Aggregation>), ApiError> {
+    s.catalog.resolve(ns, name).map_err(|e| {
+        if e.starts_with("no metric") {
+            ApiError::metric_not_found(name, resource)
+        } else {
+            ApiError::bad_request(e)
+        }
+    })
+}
+
+/// A per-pod metric: signals have no pods.
+fn pod_metric_of(
+    s: &AppState,
+    ns: &str,
+    name: &str,
+    resource: &str,
+) -> Result<(Metric, Option<Aggregation>), ApiError> {
+    match metric_of(s, ns, name, resource)? {
+        (Metric::Signal(_), _) => Err(ApiError::metric_not_found(name, resource)),
+        found => Ok(found),
+    }
 }
 
 fn custom_version(v: &str) -> Result<bool, ApiError> {
@@ -192,21 +223,18 @@ fn custom_version(v: &str) -> Result<bool, ApiError> {
     }
 }
 
-fn answer(
-    s: &AppState,
-    ns: &str,
-    scope: &Scope<'_>,
-    metric: GpuMetric,
-) -> Result<Answer, ApiError> {
-    let a = query::pod_values(
-        &s.fleet_for(metric),
-        &s.pods.load(),
-        ns,
-        scope,
-        metric,
-        Instant::now(),
-        s.staleness,
-    )?;
+fn answer(s: &AppState, ns: &str, scope: &Scope<'_>, metric: &Metric) -> Result<Answer, ApiError> {
+    let a = s.with_fleets(|fleets| {
+        metric_values(
+            fleets,
+            &s.pods.load(),
+            ns,
+            scope,
+            metric,
+            Instant::now(),
+            s.staleness,
+        )
+    })?;
     if a.stale > 0 {
         tracing::info!(
             namespace = ns,
@@ -219,12 +247,10 @@ fn answer(
     Ok(a)
 }
 
-fn no_data(metric: GpuMetric, what: &str, a: &Answer) -> ApiError {
+fn no_data(metric: &str, what: &str, a: &Answer) -> ApiError {
     ApiError::not_found(format!(
         "no fresh {} for {what} ({} pods with stale data, {} without data)",
-        metric.name(),
-        a.stale,
-        a.missing
+        metric, a.stale, a.missing
     ))
 }
 
@@ -232,7 +258,7 @@ fn no_data(metric: GpuMetric, what: &str, a: &Answer) -> ApiError {
 fn metric_value(
     v2: bool,
     object: Value,
-    metric: GpuMetric,
+    metric: &str,
     sel: &Selector,
     value: f64,
     at: std::time::SystemTime,
@@ -245,10 +271,10 @@ fn metric_value(
         sel.to_label_selector()
     };
     Some(if v2 {
-        json!({"describedObject": object, "metric": {"name": metric.name(), "selector": selector},
+        json!({"describedObject": object, "metric": {"name": metric, "selector": selector},
             "timestamp": rfc3339_seconds(at), "windowSeconds": window, "value": q})
     } else {
-        json!({"describedObject": object, "metricName": metric.name(),
+        json!({"describedObject": object, "metricName": metric,
             "timestamp": rfc3339_seconds(at), "window": window, "value": q, "selector": selector})
     })
 }
@@ -272,18 +298,23 @@ async fn custom_namespaced(
     let v2 = custom_version(&version)?;
     let metric_sel = selector(&params, "metricLabelSelector")?;
     let label_sel = selector(&params, "labelSelector")?;
-    let gm = metric_of(&metric, &resource)?;
+    let (gm, aggregation) = pod_metric_of(&s, &ns, &metric, &resource)?;
     // Our metrics carry no labels: a metric selector either matches the empty set or
     // nothing.
     let no_labels: [(&str, &str); 0] = [];
     let metric_matches = metric_sel.matches(&no_labels[..]);
     if resource == "pods" {
+        if aggregation.is_some() {
+            return Err(ApiError::bad_request(format!(
+                "{metric}: an aggregation combines a workload's or a namespace's pods; pods are answered one by one"
+            )));
+        }
         let scope = if name == "*" {
             Scope::Selected(&label_sel)
         } else {
             Scope::Pod(&name)
         };
-        let a = answer(&s, &ns, &scope, gm)?;
+        let a = answer(&s, &ns, &scope, &gm)?;
         let items: Vec<Value> = a
             .values
             .iter()
@@ -292,7 +323,7 @@ async fn custom_namespaced(
                 metric_value(
                     v2,
                     json!({"kind": "Pod", "namespace": ns, "name": p.pod, "apiVersion": "v1"}),
-                    gm,
+                    &metric,
                     &metric_sel,
                     p.value,
                     p.at,
@@ -301,7 +332,7 @@ async fn custom_namespaced(
             })
             .collect();
         if items.is_empty() {
-            return Err(no_data(gm, &format!("pods {name} in {ns}"), &a));
+            return Err(no_data(&metric, &format!("pods {name} in {ns}"), &a));
         }
         return Ok(value_list(v2, items));
     }
@@ -317,7 +348,7 @@ async fn custom_namespaced(
         resource,
         name: name.clone(),
     };
-    let a = answer(&s, &ns, &Scope::Workload(&w), gm)?;
+    let a = answer(&s, &ns, &Scope::Workload(&w), &gm)?;
     let kind = match *resource {
         "deployments.apps" => "Deployment",
         "statefulsets.apps" => "StatefulSet",
@@ -328,19 +359,20 @@ async fn custom_namespaced(
         &s,
         v2,
         object,
-        gm,
+        (&metric, aggregation),
         &metric_sel,
         &a,
         &format!("{resource} {ns}/{name}"),
     )
 }
 
-/// The one MetricValue of an object whose value is the mean over its pods.
+/// The one MetricValue of an object: the mean over its pods, or the aggregation the
+/// metric name's suffix asks for.
 fn object_value(
     s: &AppState,
     v2: bool,
     object: Value,
-    gm: GpuMetric,
+    (name, aggregation): (&str, Option<Aggregation>),
     metric_sel: &Selector,
     a: &Answer,
     what: &str,
@@ -351,8 +383,15 @@ fn object_value(
     let (mean, at) = a
         .mean()
         .filter(|_| metric_sel.matches(&no_labels[..]))
-        .ok_or_else(|| no_data(gm, what, a))?;
-    let item = metric_value(v2, object, gm, metric_sel, mean, at, s.window_seconds)
+        .ok_or_else(|| no_data(name, what, a))?;
+    let value = match aggregation {
+        None => mean,
+        Some(agg) => {
+            let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
+            agg.apply(&values).unwrap_or(mean)
+        }
+    };
+    let item = metric_value(v2, object, name, metric_sel, value, at, s.window_seconds)
         .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
     Ok(value_list(v2, vec![item]))
 }
@@ -366,14 +405,14 @@ async fn custom_namespace(
     check_query(uri.query())?;
     let v2 = custom_version(&version)?;
     let metric_sel = selector(&params, "metricLabelSelector")?;
-    let gm = metric_of(&metric, "namespaces")?;
-    let a = answer(&s, &ns, &Scope::Namespace, gm)?;
+    let (gm, aggregation) = pod_metric_of(&s, &ns, &metric, "namespaces")?;
+    let a = answer(&s, &ns, &Scope::Namespace, &gm)?;
     let object = json!({"kind": "Namespace", "name": ns, "apiVersion": "v1"});
     object_value(
         &s,
         v2,
         object,
-        gm,
+        (&metric, aggregation),
         &metric_sel,
         &a,
         &format!("namespace {ns}"),
@@ -397,51 +436,59 @@ async fn external(
 ) -> Result<Json<Value>, ApiError> {
     check_query(uri.query())?;
     let label_sel = selector(&params, "labelSelector")?;
-    let gm = metric_of(&metric, "namespaces")?;
-    let a = answer(&s, &ns, &Scope::Selected(&label_sel), gm)?;
-    if gm.external_sum() {
-        // Serving signals: one item, the sum over the selected pods (a workload's pods
-        // by their labels, or the whole namespace without a selector).
-        let (sum, at) = a
-            .sum()
-            .ok_or_else(|| no_data(gm, &format!("pods matching {label_sel} in {ns}"), &a))?;
-        let value = format_quantity(sum)
-            .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
-        return Ok(Json(json!({
+    let (gm, aggregation) = metric_of(&s, &ns, &metric, "namespaces")?;
+    let list = |items: Vec<Value>| {
+        Json(json!({
             "kind": "ExternalMetricValueList",
             "apiVersion": format!("{EXTERNAL_GROUP}/v1beta1"),
             "metadata": {},
-            "items": [{"metricName": gm.name(), "metricLabels": {},
-                "timestamp": rfc3339_seconds(at), "window": s.window_seconds,
-                "value": value}],
-        })));
+            "items": items,
+        }))
+    };
+    let one = |value: f64, at, labels: Value| -> Result<Value, ApiError> {
+        let value = format_quantity(value)
+            .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
+        Ok(json!({"metricName": metric, "metricLabels": labels,
+            "timestamp": rfc3339_seconds(at), "window": s.window_seconds, "value": value}))
+    };
+    if let Metric::Signal(name) = gm {
+        // One value for the namespace, whatever the selector: it has no pods.
+        let (value, at) =
+            signal_value(&s.signals.borrow(), &ns, name, Instant::now(), s.staleness)?;
+        return Ok(list(vec![one(value, at, json!({}))?]));
+    }
+    let a = answer(&s, &ns, &Scope::Selected(&label_sel), &gm)?;
+    let what = || format!("pods matching {label_sel} in {ns}");
+    if let Some(agg) = aggregation {
+        // One item, the pods' values combined: with `target.type: Value`, the HPA
+        // compares it to the target as it is.
+        let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
+        let value = agg
+            .apply(&values)
+            .ok_or_else(|| no_data(&metric, &what(), &a))?;
+        let oldest = a.values.iter().map(|v| v.at).min();
+        let at = oldest.ok_or_else(|| no_data(&metric, &what(), &a))?;
+        return Ok(list(vec![one(value, at, json!({}))?]));
+    }
+    if let Metric::Gpu(m) = &gm
+        && m.external_sum()
+    {
+        // Serving signals: one item, the sum over the selected pods (a workload's pods
+        // by their labels, or the whole namespace without a selector).
+        let (sum, at) = a.sum().ok_or_else(|| no_data(&metric, &what(), &a))?;
+        return Ok(list(vec![one(sum, at, json!({}))?]));
     }
     // One item per pod: an HPA sums the items, so `AverageValue` divides that sum by
     // the replicas and keeps "average per pod at T".
     let items: Vec<Value> = a
         .values
         .iter()
-        .filter_map(|p| {
-            Some(
-                json!({"metricName": gm.name(), "metricLabels": {"pod": p.pod},
-                "timestamp": rfc3339_seconds(p.at), "window": s.window_seconds,
-                "value": format_quantity(p.value)?}),
-            )
-        })
+        .filter_map(|p| one(p.value, p.at, json!({"pod": p.pod})).ok())
         .collect();
     if items.is_empty() {
-        return Err(no_data(
-            gm,
-            &format!("pods matching {label_sel} in {ns}"),
-            &a,
-        ));
+        return Err(no_data(&metric, &what(), &a));
     }
-    Ok(Json(json!({
-        "kind": "ExternalMetricValueList",
-        "apiVersion": format!("{EXTERNAL_GROUP}/v1beta1"),
-        "metadata": {},
-        "items": items,
-    })))
+    Ok(list(items))
 }
 
 /// For KEDA's `metrics-api` trigger (`valueLocation: value`): one number for a workload,
@@ -460,9 +507,9 @@ async fn metrics_api(
     params
         .entry("targetValue".into())
         .or_insert_with(|| "1".into());
-    let trigger = query::trigger::parse_trigger(&params)?;
+    let trigger = query::trigger::parse_trigger(&s, &ns, &params)?;
     let value = query::trigger::evaluate(&s, &ns, &trigger)?;
     Ok(Json(
-        json!({"metric": trigger.metric.name(), "namespace": ns, "value": value}),
+        json!({"metric": metric, "namespace": ns, "value": value}),
     ))
 }

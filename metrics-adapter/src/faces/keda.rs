@@ -32,7 +32,7 @@ impl Scaler {
     }
 
     fn active(&self, r: &ScaledObjectRef) -> Result<bool, Status> {
-        let t = parse_trigger(&r.scaler_metadata)?;
+        let t = parse_trigger(&self.state, &r.namespace, &r.scaler_metadata)?;
         Ok(evaluate(&self.state, &r.namespace, &t)? > t.activation)
     }
 }
@@ -53,16 +53,20 @@ impl ExternalScaler for Scaler {
     type StreamIsActiveStream = ActiveStream;
 
     /// Sends the current state at once, then again whenever it flips (scale from and
-    /// to zero without waiting for KEDA's polling interval).
+    /// to zero without waiting for KEDA's polling interval). Re-evaluated every poll
+    /// and, at once, whenever a signal's value changes: a gateway's first waiting
+    /// request reaches KEDA within the signal's read interval, not a poll later.
     async fn stream_is_active(
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let r = request.into_inner();
-        let trigger = parse_trigger(&r.scaler_metadata)?;
+        let trigger = parse_trigger(&self.state, &r.namespace, &r.scaler_metadata)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let state = self.state.clone();
         let poll = self.poll;
+        let mut signals = state.signals.subscribe();
+        signals.mark_unchanged();
         tokio::spawn(async move {
             let mut last = None;
             loop {
@@ -88,6 +92,8 @@ impl ExternalScaler for Scaler {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(poll) => {}
+                    // Never an error: `state` holds the sender.
+                    _ = signals.changed() => {}
                     _ = tx.closed() => return,
                 }
             }
@@ -101,7 +107,8 @@ impl ExternalScaler for Scaler {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
-        let t = parse_trigger(&request.get_ref().scaler_metadata)?;
+        let r = request.get_ref();
+        let t = parse_trigger(&self.state, &r.namespace, &r.scaler_metadata)?;
         #[allow(deprecated)] // targetSize is what KEDA before 2.17 reads
         let spec = MetricSpec {
             metric_name: t.metric.name().to_string(),
@@ -121,7 +128,7 @@ impl ExternalScaler for Scaler {
         let r = req
             .scaled_object_ref
             .ok_or_else(|| Status::invalid_argument("scaledObjectRef is required"))?;
-        let t = parse_trigger(&r.scaler_metadata)?;
+        let t = parse_trigger(&self.state, &r.namespace, &r.scaler_metadata)?;
         let value = evaluate(&self.state, &r.namespace, &t)?;
         #[allow(deprecated)] // metricValue is what KEDA before 2.17 reads
         let v = MetricValue {

@@ -5,6 +5,9 @@
 //! Deterministic by construction, so two replicas with the same data answer the same:
 //! pods are visited in name order and combined in that order.
 
+pub mod aggregate;
+pub mod composite;
+pub mod expr;
 pub mod trigger;
 
 use crate::error::Error;
@@ -25,15 +28,37 @@ pub struct AppState {
     pub staleness: Duration,
     /// The window reported with each value (the scrape interval).
     pub window_seconds: u64,
+    /// The configured metric names: composites and signals.
+    pub catalog: Arc<composite::Catalog>,
+    /// The signals' last readings.
+    pub signals: crate::source::signal::SignalsHandle,
 }
 
 impl AppState {
-    /// The view `metric` is read from: the serving engines' or the exporters'.
-    pub fn fleet_for(&self, metric: GpuMetric) -> arc_swap::Guard<Arc<Fleet>> {
+    /// Answers from the current views (the exporters' and the serving engines').
+    pub fn with_fleets<T>(&self, f: impl FnOnce(&Fleets<'_>) -> T) -> T {
+        let (gpu, serving) = (self.fleet.load(), self.serving.load());
+        f(&Fleets {
+            gpu: &gpu,
+            serving: &serving,
+        })
+    }
+}
+
+/// The two views a metric may be read from: the exporters' and the serving engines'.
+#[derive(Clone, Copy)]
+pub struct Fleets<'a> {
+    pub gpu: &'a Fleet,
+    pub serving: &'a Fleet,
+}
+
+impl<'a> Fleets<'a> {
+    /// The view `metric` is read from.
+    pub fn of(&self, metric: GpuMetric) -> &'a Fleet {
         if metric.is_serving() {
-            self.serving.load()
+            self.serving
         } else {
-            self.fleet.load()
+            self.gpu
         }
     }
 }

@@ -6,12 +6,12 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `metric` | one of the adapter's metrics, e.g. `gpu_utilization` (required) |
+//! | `metric` | one of the adapter's metrics, e.g. `gpu_utilization`, a composite, or a signal of the namespace; a `:p95`-style suffix picks the aggregation (required) |
 //! | `targetValue` | the HPA target (required, > 0) |
 //! | `activationTargetValue` | active while the value is above it (default 0) |
-//! | `aggregation` | `sum` (default), `average`, `max`, `min` over the pods |
+//! | `aggregation` | `sum` (default), `average`, `max`, `min`, or a percentile `p50`, `p95`, `p99`, ... over the pods |
 //! | `podSelector` | label selector over the ScaledObject namespace's pods, or |
-//! | `deployment` | a Deployment of that namespace, whose pods are found through their owners |
+//! | `deployment` | a Deployment of that namespace, whose pods are found through their owners (neither for a signal) |
 //!
 //! Why `sum` is the default: KEDA's default `metricType` is `AverageValue`, and the HPA
 //! divides the value by the replica count. A sum over the pods divided by the pods is
@@ -19,22 +19,14 @@
 //! average instead (`aggregation: average`) needs `metricType: Value`; an average with
 //! `AverageValue` divides twice: the classic mistake.
 
+use super::aggregate::{Aggregation, split_suffix};
+use super::composite::{Metric, metric_values, signal_value};
 use super::{AppState, Scope};
 use crate::api::selector::Selector;
 use crate::error::Error;
-use crate::fleet::GpuMetric;
 use crate::source::pods::Workload;
 use std::collections::HashMap;
 use std::time::Instant;
-
-/// How a trigger combines its pods' values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Aggregation {
-    Sum,
-    Average,
-    Max,
-    Min,
-}
 
 /// Which pods a trigger covers.
 #[derive(Debug, Clone)]
@@ -46,11 +38,12 @@ pub enum Pods {
 /// A parsed trigger.
 #[derive(Debug, Clone)]
 pub struct Trigger {
-    pub metric: GpuMetric,
+    pub metric: Metric,
     pub target: f64,
     pub activation: f64,
     pub aggregation: Aggregation,
-    pub pods: Pods,
+    /// The pods it covers; `None` for a signal without pods.
+    pub pods: Option<Pods>,
 }
 
 fn number(meta: &HashMap<String, String>, key: &str) -> Result<Option<f64>, Error> {
@@ -66,42 +59,63 @@ fn number(meta: &HashMap<String, String>, key: &str) -> Result<Option<f64>, Erro
     }
 }
 
-/// Parse a trigger's metadata; every problem is an [`Error::InvalidRequest`] that names
-/// the key (`INVALID_ARGUMENT` over gRPC, 400 over HTTP).
-pub fn parse_trigger(meta: &HashMap<String, String>) -> Result<Trigger, Error> {
-    let metric_name = meta
+/// Parse a trigger's metadata, for a ScaledObject in `namespace` (signals are
+/// namespaced); every problem is an [`Error::InvalidRequest`] that names the key
+/// (`INVALID_ARGUMENT` over gRPC, 400 over HTTP).
+pub fn parse_trigger(
+    state: &AppState,
+    namespace: &str,
+    meta: &HashMap<String, String>,
+) -> Result<Trigger, Error> {
+    let requested = meta
         .get("metric")
         .ok_or_else(|| Error::InvalidRequest("metric is required (e.g. gpu_utilization)".into()))?;
-    let metric = GpuMetric::from_name(metric_name).ok_or_else(|| {
-        Error::InvalidRequest(format!(
-            "metric: unknown {metric_name:?} (known: {})",
-            GpuMetric::served()
-                .into_iter()
-                .map(GpuMetric::name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
+    let (metric, suffix) = state.catalog.resolve(namespace, requested).map_err(|e| {
+        let (base, _) = split_suffix(requested).unwrap_or((requested, None));
+        let mut known = state.catalog.pod_metric_names();
+        known.extend(state.catalog.signals_in(namespace));
+        if e.starts_with("no metric") {
+            Error::InvalidRequest(format!(
+                "metric: unknown {base:?} (known: {})",
+                known.join(", ")
+            ))
+        } else {
+            Error::InvalidRequest(format!("metric: {e}"))
+        }
     })?;
     let target = number(meta, "targetValue")?
         .filter(|t| *t > 0.0)
         .ok_or_else(|| Error::InvalidRequest("targetValue is required and must be > 0".into()))?;
     let activation = number(meta, "activationTargetValue")?.unwrap_or(0.0);
-    let aggregation = match meta.get("aggregation").map(String::as_str) {
-        None | Some("sum") => Aggregation::Sum,
-        Some("average") => Aggregation::Average,
-        Some("max") => Aggregation::Max,
-        Some("min") => Aggregation::Min,
-        Some(other) => {
+    let key = match meta.get("aggregation") {
+        None => None,
+        Some(text) => Some(Aggregation::parse(text).ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "aggregation: {text:?} is not one of sum, average, max, min, or a percentile p0 to p100 (e.g. p95)"
+            ))
+        })?),
+    };
+    let aggregation = match (suffix, key) {
+        (Some(a), Some(b)) if a != b => {
             return Err(Error::InvalidRequest(format!(
-                "aggregation: {other:?} is not one of sum, average, max, min"
+                "aggregation: {b} contradicts the metric's suffix :{a}"
             )));
         }
+        (a, b) => a.or(b).unwrap_or(Aggregation::Sum),
     };
     let pods = match (meta.get("podSelector"), meta.get("deployment")) {
-        (Some(s), None) => Pods::Selector(
-            Selector::parse(s).map_err(|e| Error::InvalidRequest(format!("podSelector: {e}")))?,
-        ),
-        (None, Some(d)) if !d.is_empty() => Pods::Deployment(d.clone()),
+        (None, None) if matches!(metric, Metric::Signal(_)) => None,
+        (_, _) if matches!(metric, Metric::Signal(_)) => {
+            return Err(Error::InvalidRequest(format!(
+                "{requested} is a signal without pods: podSelector and deployment do not apply"
+            )));
+        }
+        (Some(s), None) => {
+            Some(Pods::Selector(Selector::parse(s).map_err(|e| {
+                Error::InvalidRequest(format!("podSelector: {e}"))
+            })?))
+        }
+        (None, Some(d)) if !d.is_empty() => Some(Pods::Deployment(d.clone())),
         _ => {
             return Err(Error::InvalidRequest(
                 "exactly one of podSelector and deployment is required".into(),
@@ -117,13 +131,25 @@ pub fn parse_trigger(meta: &HashMap<String, String>) -> Result<Trigger, Error> {
     })
 }
 
-/// The trigger's value now: its pods' fresh values combined. No pods at all (scaled
-/// to zero) is 0; pods whose data is all stale is an error, so the HPA holds.
+/// The trigger's value now: its pods' fresh values combined, or the signal's value.
+/// No pods at all (scaled to zero) is 0; pods whose data is all stale is an error, so
+/// the HPA holds.
 pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, Error> {
     let workload;
     let scope = match &t.pods {
-        Pods::Selector(s) => Scope::Selected(s),
-        Pods::Deployment(name) => {
+        None => {
+            let signals = state.signals.borrow();
+            return signal_value(
+                &signals,
+                namespace,
+                t.metric.name(),
+                Instant::now(),
+                state.staleness,
+            )
+            .map(|(v, _)| v);
+        }
+        Some(Pods::Selector(s)) => Scope::Selected(s),
+        Some(Pods::Deployment(name)) => {
             workload = Workload {
                 resource: "deployments.apps",
                 name: name.clone(),
@@ -131,15 +157,17 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
             Scope::Workload(&workload)
         }
     };
-    let a = super::pod_values(
-        &state.fleet_for(t.metric),
-        &state.pods.load(),
-        namespace,
-        &scope,
-        t.metric,
-        Instant::now(),
-        state.staleness,
-    )?;
+    let a = state.with_fleets(|fleets| {
+        metric_values(
+            fleets,
+            &state.pods.load(),
+            namespace,
+            &scope,
+            &t.metric,
+            Instant::now(),
+            state.staleness,
+        )
+    })?;
     if a.values.is_empty() {
         if a.stale > 0 {
             return Err(Error::Stale {
@@ -159,18 +187,15 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
         }
         return Ok(0.0);
     }
-    let values = a.values.iter().map(|v| v.value);
-    Ok(match t.aggregation {
-        Aggregation::Sum => values.sum(),
-        Aggregation::Average => values.sum::<f64>() / a.values.len() as f64,
-        Aggregation::Max => values.fold(f64::MIN, f64::max),
-        Aggregation::Min => values.fold(f64::MAX, f64::min),
-    })
+    let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
+    // Not empty: checked above.
+    Ok(t.aggregation.apply(&values).unwrap_or(0.0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::GpuMetric;
 
     fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -217,16 +242,22 @@ mod tests {
             pods: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(pods)),
             staleness: std::time::Duration::from_secs(30),
             window_seconds: 2,
+            catalog: Default::default(),
+            signals: crate::source::signal::handle(),
         }
     }
 
     #[test]
     fn pods_never_reported_are_an_error_not_a_zero() {
-        let t = parse_trigger(&meta(&[
-            ("metric", "gpu_utilization"),
-            ("targetValue", "60"),
-            ("podSelector", "app=web"),
-        ]))
+        let t = parse_trigger(
+            &state(&[], &[]),
+            "ns",
+            &meta(&[
+                ("metric", "gpu_utilization"),
+                ("targetValue", "60"),
+                ("podSelector", "app=web"),
+            ]),
+        )
         .unwrap();
         let never = evaluate(&state(&["web-0", "web-1"], &[]), "ns", &t).unwrap_err();
         assert!(
@@ -242,11 +273,15 @@ mod tests {
 
     #[test]
     fn triggers_parse_with_defaults_and_name_what_is_wrong() {
-        let t = parse_trigger(&meta(&[
-            ("metric", "gpu_utilization"),
-            ("targetValue", "60"),
-            ("podSelector", "app=resnet"),
-        ]))
+        let t = parse_trigger(
+            &state(&[], &[]),
+            "ns",
+            &meta(&[
+                ("metric", "gpu_utilization"),
+                ("targetValue", "60"),
+                ("podSelector", "app=resnet"),
+            ]),
+        )
         .unwrap();
         assert_eq!(t.aggregation, Aggregation::Sum);
         assert_eq!((t.target, t.activation), (60.0, 0.0));
@@ -298,7 +333,7 @@ mod tests {
                 "aggregation",
             ),
         ] {
-            let e = tonic::Status::from(parse_trigger(&bad).unwrap_err());
+            let e = tonic::Status::from(parse_trigger(&state(&[], &[]), "ns", &bad).unwrap_err());
             assert_eq!(e.code(), tonic::Code::InvalidArgument);
             assert!(e.message().contains(says), "{says}: {}", e.message());
         }
@@ -316,13 +351,17 @@ mod tests {
             ("max", v.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
             ("min", v.iter().copied().fold(f64::INFINITY, f64::min)),
         ] {
-            let t = parse_trigger(&meta(&[
-                ("metric", "gpu_utilization"),
-                ("targetValue", "60"),
-                ("activationTargetValue", "5.5"),
-                ("podSelector", "app=web"),
-                ("aggregation", aggregation),
-            ]))
+            let t = parse_trigger(
+                &state(&[], &[]),
+                "ns",
+                &meta(&[
+                    ("metric", "gpu_utilization"),
+                    ("targetValue", "60"),
+                    ("activationTargetValue", "5.5"),
+                    ("podSelector", "app=web"),
+                    ("aggregation", aggregation),
+                ]),
+            )
             .unwrap();
             assert_eq!(t.activation, 5.5);
             assert_eq!(
@@ -335,36 +374,49 @@ mod tests {
 
     #[test]
     fn a_deployment_is_named_and_never_empty() {
-        let t = parse_trigger(&meta(&[
-            ("metric", "gpu_power_watts"),
-            ("targetValue", "300"),
-            ("deployment", "resnet"),
-        ]))
+        let t = parse_trigger(
+            &state(&[], &[]),
+            "ns",
+            &meta(&[
+                ("metric", "gpu_power_watts"),
+                ("targetValue", "300"),
+                ("deployment", "resnet"),
+            ]),
+        )
         .unwrap();
-        assert_eq!(t.metric, GpuMetric::PowerWatts);
-        assert!(matches!(&t.pods, Pods::Deployment(d) if d == "resnet"));
-        let empty = parse_trigger(&meta(&[
-            ("metric", "gpu_power_watts"),
-            ("targetValue", "300"),
-            ("deployment", ""),
-        ]))
+        assert_eq!(t.metric.name(), "gpu_power_watts");
+        assert!(matches!(&t.pods, Some(Pods::Deployment(d)) if d == "resnet"));
+        let empty = parse_trigger(
+            &state(&[], &[]),
+            "ns",
+            &meta(&[
+                ("metric", "gpu_power_watts"),
+                ("targetValue", "300"),
+                ("deployment", ""),
+            ]),
+        )
         .unwrap_err();
         assert!(empty.to_string().contains("exactly one"), "{empty}");
-        let neither = parse_trigger(&meta(&[
-            ("metric", "gpu_power_watts"),
-            ("targetValue", "300"),
-        ]))
+        let neither = parse_trigger(
+            &state(&[], &[]),
+            "ns",
+            &meta(&[("metric", "gpu_power_watts"), ("targetValue", "300")]),
+        )
         .unwrap_err();
         assert!(neither.to_string().contains("exactly one"), "{neither}");
     }
 
     #[test]
     fn pods_whose_data_is_all_stale_are_an_error() {
-        let t = parse_trigger(&meta(&[
-            ("metric", "gpu_utilization"),
-            ("targetValue", "60"),
-            ("podSelector", "app=web"),
-        ]))
+        let t = parse_trigger(
+            &state(&[], &[]),
+            "ns",
+            &meta(&[
+                ("metric", "gpu_utilization"),
+                ("targetValue", "60"),
+                ("podSelector", "app=web"),
+            ]),
+        )
         .unwrap();
         let s = state(&["web-0", "web-1"], &[("web-0", 70.0), ("web-1", 10.0)]);
         let mut fleet = (**s.fleet.load()).clone();
@@ -374,5 +426,93 @@ mod tests {
         s.fleet.store(std::sync::Arc::new(fleet));
         let e = evaluate(&s, "ns", &t).unwrap_err();
         assert!(matches!(e, Error::Stale { pods: 2, .. }), "{e:?}");
+    }
+
+    /// A state with the signal `gateway_queue` declared in `ns` and read `age` ago as
+    /// `value` (never read when `None`).
+    fn with_signal(reading: Option<(f64, std::time::Duration)>) -> AppState {
+        use crate::query::composite::Catalog;
+        use crate::source::signal::Reading;
+        let mut s = state(&[], &[]);
+        s.catalog = std::sync::Arc::new(
+            Catalog::new(&[], &[("ns".to_string(), "gateway_queue".to_string())]).unwrap(),
+        );
+        if let Some((value, age)) = reading {
+            s.signals.send_modify(|sig| {
+                sig.readings.insert(
+                    ("ns".into(), "gateway_queue".into()),
+                    Reading {
+                        value,
+                        at: std::time::SystemTime::UNIX_EPOCH,
+                        seen: Instant::now() - age,
+                    },
+                );
+            });
+        }
+        s
+    }
+
+    #[test]
+    fn a_signal_trigger_reads_the_signal_and_never_invents_a_value() {
+        let m = meta(&[("metric", "gateway_queue"), ("targetValue", "8")]);
+        let fresh = with_signal(Some((3.0, std::time::Duration::from_secs(1))));
+        let t = parse_trigger(&fresh, "ns", &m).unwrap();
+        assert!(t.pods.is_none());
+        assert_eq!(evaluate(&fresh, "ns", &t).unwrap(), 3.0);
+        // Another namespace has no such signal.
+        let e = parse_trigger(&fresh, "other", &m).unwrap_err().to_string();
+        assert!(e.contains("unknown \"gateway_queue\""), "{e}");
+        // Never read, or read too long ago: an error, not 0.
+        for s in [
+            with_signal(None),
+            with_signal(Some((3.0, std::time::Duration::from_secs(300)))),
+        ] {
+            let t = parse_trigger(&s, "ns", &m).unwrap();
+            let e = evaluate(&s, "ns", &t).unwrap_err();
+            assert_eq!(tonic::Status::from(e).code(), tonic::Code::Unavailable);
+        }
+        // Pods do not apply to a signal.
+        let with_pods = meta(&[
+            ("metric", "gateway_queue"),
+            ("targetValue", "8"),
+            ("deployment", "llm"),
+        ]);
+        let e = parse_trigger(&fresh, "ns", &with_pods)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("signal without pods"), "{e}");
+    }
+
+    #[test]
+    fn a_suffix_picks_the_aggregation_and_may_not_contradict_the_key() {
+        let values = [
+            ("web-0", 70.0),
+            ("web-1", 20.0),
+            ("web-2", 45.0),
+            ("web-3", 90.0),
+        ];
+        let s = state(&["web-0", "web-1", "web-2", "web-3"], &values);
+        let base = [("targetValue", "60"), ("podSelector", "app=web")];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut pairs = base.to_vec();
+            pairs.extend_from_slice(extra);
+            meta(&pairs)
+        };
+        let t = parse_trigger(&s, "ns", &with(&[("metric", "gpu_utilization:p95")])).unwrap();
+        assert_eq!(t.aggregation, Aggregation::Quantile(0.95));
+        // p95 of 20, 45, 70, 90: rank 2.85, between 70 and 90.
+        let want = 70.0 + 0.85 * (90.0 - 70.0);
+        assert!((evaluate(&s, "ns", &t).unwrap() - want).abs() < 1e-9);
+        let same = with(&[("metric", "gpu_utilization:max"), ("aggregation", "max")]);
+        assert_eq!(
+            parse_trigger(&s, "ns", &same).unwrap().aggregation,
+            Aggregation::Max
+        );
+        let clash = with(&[("metric", "gpu_utilization:max"), ("aggregation", "p95")]);
+        let e = parse_trigger(&s, "ns", &clash).unwrap_err().to_string();
+        assert!(e.contains("contradicts"), "{e}");
+        let bad = with(&[("metric", "gpu_utilization:p200")]);
+        let e = parse_trigger(&s, "ns", &bad).unwrap_err().to_string();
+        assert!(e.contains("not an aggregation"), "{e}");
     }
 }

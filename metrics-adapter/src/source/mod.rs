@@ -8,7 +8,8 @@
 //! - [`derive`]: from series to per-pod values, shared by both;
 //! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
 //! - [`serving`]: the serving engines' own signals (vLLM, SGLang, TGI, Triton), per pod;
-//! - [`http_client`]: the HTTP(S) client both sources scrape with.
+//! - [`http_client`]: the HTTP(S) client both sources scrape with;
+//! - [`signal`]: signals without pods (a gateway's queue), for scale from zero.
 //!
 //! Each source records its own self-metrics in [`SourceMetrics`].
 
@@ -21,6 +22,7 @@ pub mod pods;
 pub mod prometheus;
 pub mod scrape;
 pub mod serving;
+pub mod signal;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,6 +33,14 @@ use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+/// A signal read's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    pub namespace: String,
+    pub signal: String,
     pub result: &'static str,
 }
 
@@ -48,6 +58,7 @@ pub struct SourceMetrics {
     scrapes: Family<ResultLabel, Counter>,
     rejections: Family<ReasonLabel, Counter>,
     round_duration: Histogram,
+    signal_reads: Family<SignalLabels, Counter>,
 }
 
 impl Default for SourceMetrics {
@@ -57,6 +68,7 @@ impl Default for SourceMetrics {
             rejections: Family::default(),
             // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
             round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
+            signal_reads: Family::default(),
         }
     }
 }
@@ -85,6 +97,16 @@ impl SourceMetrics {
         self.rejections.get_or_create(&ReasonLabel { reason }).get()
     }
 
+    /// One read of a `--signal`'s source.
+    pub fn signal_read(&self, namespace: &str, signal: &str, ok: bool) {
+        let labels = SignalLabels {
+            namespace: namespace.to_string(),
+            signal: signal.to_string(),
+            result: if ok { "success" } else { "failure" },
+        };
+        self.signal_reads.get_or_create(&labels).inc();
+    }
+
     pub fn round_took(&self, took: Duration) {
         self.round_duration.observe(took.as_secs_f64());
     }
@@ -100,6 +122,11 @@ impl SourceMetrics {
             "source_target_rejected",
             "Answers refused for passing a memory limit, by reason: too_large (--max-response-size), series_limit (--max-series-per-target), pod_limit (--max-pods-per-target), pod_budget (--max-pods); the target's earlier values age out",
             self.rejections.clone(),
+        );
+        registry.register(
+            "signal_reads",
+            "Reads of each --signal's source (a gateway's /metrics or a PromQL query), by result: success, or failure (the signal then has no value until it reads again)",
+            self.signal_reads.clone(),
         );
         registry.register_with_unit(
             "source_round_duration",

@@ -47,7 +47,7 @@ pub type Decoder =
 
 /// Turns one target's answer into per-pod values, refusing more than `max_series`
 /// series: the exporters' reader is a [`Decoder`] then [`pod_values`]; the serving
-/// engines' ([`super::serving`]) knows each target's pod and keeps counters across
+/// engines' knows each target's pod and keeps counters across
 /// answers for rates. Run on the blocking pool, one answer at a time.
 pub type Reader = Arc<
     dyn Fn(&str, &str, &[u8], usize) -> Result<HashMap<PodKey, PodValues>, Error> + Send + Sync,

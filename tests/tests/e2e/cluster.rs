@@ -666,6 +666,8 @@ fn every_kustomization_applies_server_side(c: &Cluster) {
         "examples/hpa",
         "examples/keda-external",
         "examples/keda-prometheus",
+        "examples/composite-hpa",
+        "examples/keda-scale-from-zero",
     ];
     let mut crd_kinds = BTreeSet::new();
     for dir in dirs {

@@ -5,6 +5,7 @@
 //! ECC, remap failures, slowdowns and a lost GPU) answers every panel query of every
 //! dashboard, every template variable and every recording rule with data.
 
+use e2e_tests::fake_engine::FakeEngines;
 use e2e_tests::{Exporter, Prometheus, scratch_dir, try_get, try_wait_for, urlencode};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -795,8 +796,9 @@ fn failing_queries(
     failures
 }
 
-/// Prometheus scraping `exporter` every second, with the PrometheusRule's rules.
-fn prometheus_with_rules(exporter: &Exporter) -> Prometheus {
+/// Prometheus scraping `exporter` and the serving `engines` every second, with the
+/// PrometheusRule's rules.
+fn prometheus_with_rules(exporter: &Exporter, engines: &FakeEngines) -> Prometheus {
     let dir = scratch_dir("prometheus-dashboards");
     let rules = write_rule_file(&dir);
     let target = exporter.base.trim_start_matches("http://");
@@ -808,8 +810,11 @@ fn prometheus_with_rules(exporter: &Exporter) -> Prometheus {
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
          rule_files:\n  - {}\n\
          scrape_configs:\n  - job_name: gpu-exporter\n    honor_labels: true\n    \
-         static_configs:\n      - targets: ['{target}']\n        labels:\n{labels}",
-        rules.display()
+         static_configs:\n      - targets: ['{target}']\n        labels:\n{labels}\
+         \x20 - job_name: serving-engines\n    honor_labels: true\n    \
+         static_configs:\n      - targets: ['127.0.0.1:{}']\n        labels:\n          cluster: {CLUSTER}\n",
+        rules.display(),
+        engines.port
     );
     Prometheus::start_with_config(&config, &[])
 }
@@ -848,7 +853,9 @@ fn every_panel_query_returns_data_on_a_simulated_node() {
         ],
         &[("NODE_NAME", NODE)],
     );
-    let prom = prometheus_with_rules(&exporter);
+    // The serving dashboard's engines: vLLM on the scenario's llm pods.
+    let engines = FakeEngines::start(&[("serve", "llm-0"), ("serve", "llm-1")]);
+    let prom = prometheus_with_rules(&exporter, &engines);
 
     // Every query answers with data once the scenario's events have happened and
     // Prometheus holds enough samples for rate() and the rules have run.

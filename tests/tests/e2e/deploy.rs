@@ -27,7 +27,14 @@ use std::time::Duration;
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.31", "1.37"];
 
 const OVERLAYS: [&str; 4] = ["default", "keda", "static-certs", "process-attribution"];
-const EXAMPLES: [&str; 4] = ["inference", "hpa", "keda-external", "keda-prometheus"];
+const EXAMPLES: [&str; 6] = [
+    "inference",
+    "hpa",
+    "keda-external",
+    "keda-prometheus",
+    "composite-hpa",
+    "keda-scale-from-zero",
+];
 
 /// The scenario for the prometheus-trigger test: the example app's pods on one node.
 const SCENARIO: &str = "tests/fixtures/deploy-inference-node.toml";
@@ -131,7 +138,7 @@ pub(crate) fn validate_yaml(yaml: &str) -> (Vec<Value>, Vec<String>) {
 
 /// Build `deploy/<rel>` (in the private copy) and validate every object; each
 /// directory is built once per test process (the tests share the results).
-fn build(rel: &str) -> Vec<Value> {
+pub(crate) fn build(rel: &str) -> Vec<Value> {
     static BUILT: OnceLock<Mutex<HashMap<String, Vec<Value>>>> = OnceLock::new();
     let built = BUILT.get_or_init(Mutex::default);
     if let Some(objects) = built.lock().expect("build cache").get(rel) {

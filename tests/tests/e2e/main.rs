@@ -5,13 +5,16 @@
 
 mod adapter;
 mod adapter_auth;
+mod adapter_composite;
 mod adapter_discovery;
 mod adapter_prometheus;
 mod attribution;
 mod cluster;
+mod cluster_composite;
 mod dashboards;
 mod demo;
 mod deploy;
+mod deploy_llm_serving;
 mod faults;
 mod faults_adapter;
 mod features;

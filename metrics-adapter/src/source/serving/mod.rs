@@ -6,7 +6,7 @@
 //! mappings ([`mapping`], `--serving-metric`) apply to every target. Targets are
 //! followed by the same loop as the exporters ([`super::scrape::run_with`]): the same
 //! limits, staleness and failure rules, counted in the `serving_source_*` self-metrics,
-//! published into a fleet view of their own ([`crate::query::AppState::serving`]).
+//! published into a fleet view of their own, which queries read beside the exporters'.
 //!
 //! Rates and quantiles need two answers: tokens per second is the counter's increase
 //! over the time between them, the time-to-first-token quantiles are over the requests
