@@ -125,6 +125,8 @@ fn setup() -> Setup {
         &kubeconfig,
         "--serving-metric",
         "sim_waiting_max=vllm:num_requests_waiting{model_name!=\"other\"}:max",
+        "--composite-metric",
+        "load=max(serving_requests_waiting/10, serving_kv_cache_usage/0.8)",
     ];
     for t in &targets {
         args.extend(["--serving-target", t.as_str()]);
@@ -183,6 +185,13 @@ fn serving_signals_follow_the_engines_on_every_face() {
         &pods_path("sim_waiting_max", "app%3Dvllm"),
         items,
         per_pod(|s| s.waiting),
+    );
+    // A composite over serving inputs: each pod's own formula.
+    converges(
+        a,
+        &pods_path("load", "app%3Dvllm"),
+        items,
+        per_pod(|s| f64::max(s.waiting / 10.0, s.kv_cache / 0.8)),
     );
     // The script's step at 4 s reaches the adapter.
     wait_for("a's second step", DEADLINE, || {
