@@ -597,6 +597,7 @@ fn main() {
     let pods = Arc::new(ArcSwap::from_pointee(pod_index()));
     let state = Arc::new(AppState {
         fleet: fleet.clone(),
+        serving: Default::default(),
         pods: pods.clone(),
         staleness: INTERVAL * 3,
         window_seconds: INTERVAL.as_secs(),
@@ -732,6 +733,7 @@ fn main() {
     std::thread::sleep(Duration::from_millis(200));
     let quiet_state = Arc::new(AppState {
         fleet: fleet.clone(),
+        serving: Default::default(),
         pods,
         staleness: Duration::from_secs(3600),
         window_seconds: INTERVAL.as_secs(),

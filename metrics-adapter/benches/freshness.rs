@@ -215,6 +215,7 @@ async fn run_config(cfg: &Config, scale: u32, trials: usize, rng: &mut Rng) -> V
     let scraper = tokio::spawn(scrape::run(opts, client, exposition::decode, fleet.clone()));
     let router = http::router(Arc::new(AppState {
         fleet,
+        serving: Default::default(),
         pods: Arc::new(ArcSwap::from_pointee(PodIndex::default())),
         staleness: scrape * 3,
         window_seconds: scrape.as_secs().max(1),

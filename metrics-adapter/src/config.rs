@@ -177,6 +177,40 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", requires = "exporter_basic_auth_username")]
     pub exporter_basic_auth_password_file: Option<PathBuf>,
 
+    /// A serving engine's metrics endpoint for a pod, NAMESPACE/POD=URL (repeatable),
+    /// e.g. llm/vllm-0=http://10.0.0.7:8000/metrics. The engine (vLLM, SGLang, TGI,
+    /// Triton) is recognised from its exposition; its signals are served as
+    /// serving_* metrics for that pod.
+    #[arg(long = "serving-target", value_name = "NAMESPACE/POD=URL", value_parser = parse_serving_target, help_heading = "Serving engines")]
+    pub serving_targets: Vec<crate::source::serving::ServingTarget>,
+
+    /// Find serving engines in the cluster: the pods behind the Services with these
+    /// labels (a label selector, e.g. gpu-metrics.io/serving=true), through their
+    /// EndpointSlices, which carry their Service's labels. Needs list and watch of
+    /// EndpointSlices in every namespace.
+    #[arg(long, value_name = "SELECTOR", value_parser = parse_label_selector, help_heading = "Serving engines")]
+    pub serving_service_selector: Option<String>,
+
+    /// The EndpointSlice port the engines serve /metrics on; a slice with a single port
+    /// is scraped on it whatever its name.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "metrics",
+        help_heading = "Serving engines"
+    )]
+    pub serving_port_name: String,
+
+    /// A user-defined serving metric (repeatable):
+    /// NAME=FAMILY{LABEL="VALUE",LABEL!="VALUE"}:sum|avg|max|min|rate, read from every
+    /// serving target, e.g. 'llama_queue=my_queue_depth{model="llama"}:sum'.
+    #[arg(
+        long = "serving-metric",
+        value_name = "DEFINITION",
+        help_heading = "Serving engines"
+    )]
+    pub serving_metrics: Vec<String>,
+
     /// Query this Prometheus-compatible API (Prometheus, Thanos, Mimir) instead of
     /// scraping the exporters, e.g. http://prometheus.monitoring:9090.
     #[arg(long, value_name = "URL", conflicts_with = "exporter_urls")]
@@ -430,6 +464,24 @@ impl std::fmt::Display for ServiceRef {
 
 /// `NAMESPACE/NAME` → [`ServiceRef`], both DNS labels as Kubernetes requires, so a typo
 /// fails at startup instead of silently watching nothing.
+/// A label selector flag, checked.
+pub fn parse_label_selector(text: &str) -> Result<String, Error> {
+    match crate::api::selector::Selector::parse(text) {
+        Ok(s) if !s.is_empty() => Ok(text.to_string()),
+        Ok(_) => Err(Error::Config(
+            "an empty selector would match every Service".into(),
+        )),
+        Err(e) => Err(Error::Config(format!(
+            "{text:?} is not a label selector: {e}"
+        ))),
+    }
+}
+
+/// `--serving-target`, for clap.
+pub fn parse_serving_target(text: &str) -> Result<crate::source::serving::ServingTarget, Error> {
+    crate::source::serving::parse_target(text)
+}
+
 pub fn parse_service(text: &str) -> Result<ServiceRef, Error> {
     let (namespace, name) = text
         .split_once('/')

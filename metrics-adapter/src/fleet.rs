@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Instant, SystemTime};
 
-/// The metrics the adapter serves, with no configuration.
+/// The metrics the adapter serves: the five GPU metrics, with no configuration; the
+/// serving-engine signals of the built-in profiles (the serving source); and
+/// the user-defined serving mappings (`--serving-metric`), by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GpuMetric {
     Utilization,
@@ -14,6 +16,29 @@ pub enum GpuMetric {
     MemoryUtilization,
     PowerWatts,
     TensorActive,
+    /// Requests waiting in the engine's queue.
+    ServingRequestsWaiting,
+    /// Requests being processed (in the running batch).
+    ServingRequestsRunning,
+    /// KV-cache use, 0 to 1.
+    ServingKvCacheUsage,
+    /// Generated tokens per second, between the last two scrapes.
+    ServingGenerationTokensPerSecond,
+    /// Time to first token quantiles, over the requests between the last two scrapes.
+    ServingTimeToFirstTokenP50,
+    ServingTimeToFirstTokenP95,
+    ServingTimeToFirstTokenP99,
+    /// A user-defined serving metric (`--serving-metric`), by its name.
+    Mapped(&'static str),
+}
+
+/// The names of the user-defined serving metrics, set once at startup.
+static MAPPED: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+
+/// Declares the user-defined serving metrics' names (once, at startup, before any
+/// query); false if they were already declared.
+pub fn declare_mapped(names: Vec<&'static str>) -> bool {
+    MAPPED.set(names).is_ok()
 }
 
 impl GpuMetric {
@@ -33,11 +58,55 @@ impl GpuMetric {
             GpuMetric::MemoryUtilization => "gpu_memory_utilization",
             GpuMetric::PowerWatts => "gpu_power_watts",
             GpuMetric::TensorActive => "gpu_tensor_active",
+            GpuMetric::ServingRequestsWaiting => "serving_requests_waiting",
+            GpuMetric::ServingRequestsRunning => "serving_requests_running",
+            GpuMetric::ServingKvCacheUsage => "serving_kv_cache_usage",
+            GpuMetric::ServingGenerationTokensPerSecond => "serving_generation_tokens_per_second",
+            GpuMetric::ServingTimeToFirstTokenP50 => "serving_time_to_first_token_seconds_p50",
+            GpuMetric::ServingTimeToFirstTokenP95 => "serving_time_to_first_token_seconds_p95",
+            GpuMetric::ServingTimeToFirstTokenP99 => "serving_time_to_first_token_seconds_p99",
+            GpuMetric::Mapped(name) => name,
         }
     }
 
+    /// The serving-engine signals every profile may serve.
+    pub const SERVING: [GpuMetric; 7] = [
+        GpuMetric::ServingRequestsWaiting,
+        GpuMetric::ServingRequestsRunning,
+        GpuMetric::ServingKvCacheUsage,
+        GpuMetric::ServingGenerationTokensPerSecond,
+        GpuMetric::ServingTimeToFirstTokenP50,
+        GpuMetric::ServingTimeToFirstTokenP95,
+        GpuMetric::ServingTimeToFirstTokenP99,
+    ];
+
+    /// Every metric served: GPU, serving signals, then the user-defined ones.
+    pub fn served() -> Vec<GpuMetric> {
+        let mapped = MAPPED
+            .get()
+            .into_iter()
+            .flatten()
+            .map(|n| GpuMetric::Mapped(n));
+        GpuMetric::ALL
+            .into_iter()
+            .chain(GpuMetric::SERVING)
+            .chain(mapped)
+            .collect()
+    }
+
     pub fn from_name(name: &str) -> Option<GpuMetric> {
-        GpuMetric::ALL.into_iter().find(|m| m.name() == name)
+        GpuMetric::served().into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the value comes from the serving engines (else from the GPU exporters).
+    pub fn is_serving(self) -> bool {
+        !GpuMetric::ALL.contains(&self)
+    }
+
+    /// Whether an external metric (a namespace or selector's value) is the sum over
+    /// its pods as one item, rather than one item per pod: the serving signals are.
+    pub fn external_sum(self) -> bool {
+        self.is_serving()
     }
 
     /// Whether a pod's value over several devices is their sum (else their mean).

@@ -85,13 +85,31 @@ pub fn run(cli: Cli) -> Result<(), Error> {
 async fn serve(cli: Cli) -> Result<(), Error> {
     let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
     let pods = Arc::new(ArcSwap::from_pointee(PodIndex::default()));
-    let telemetry = Arc::new(Telemetry::new(fleet.clone(), cli.staleness()));
+    let serving = Arc::new(ArcSwap::from_pointee(Fleet::default()));
+    let mut telemetry = Telemetry::new(fleet.clone(), cli.staleness());
+    telemetry.watch_serving(serving.clone(), cli.staleness());
+    let telemetry = Arc::new(telemetry);
+    // One in-flight budget over the exporters and the serving engines.
+    let limits = cli.limits()?;
+    let targets = start_source(
+        &cli,
+        fleet.clone(),
+        telemetry.source.clone(),
+        limits.clone(),
+    )?;
+    // Before the catalog: it checks composites' inputs against the served names.
+    let serving_discovery = start_serving(
+        &cli,
+        serving.clone(),
+        telemetry.serving_source.clone(),
+        limits,
+    )?;
     let catalog = Arc::new(cli.catalog()?);
-    let targets = start_source(&cli, fleet.clone(), telemetry.source.clone())?;
     let signals = start_signals(&cli, telemetry.source.clone())?;
-    start_watches(&cli, targets, pods.clone()).await?;
+    start_watches(&cli, targets, serving_discovery, pods.clone()).await?;
     let state = Arc::new(AppState {
         fleet,
+        serving,
         pods,
         staleness: cli.staleness(),
         window_seconds: cli.scrape_interval.as_secs().max(1),
@@ -117,8 +135,8 @@ fn start_source(
     cli: &Cli,
     fleet: Arc<ArcSwap<Fleet>>,
     metrics: SourceMetrics,
+    limits: source::limits::Limits,
 ) -> Result<Option<Arc<ArcSwap<Vec<String>>>>, Error> {
-    let limits = cli.limits()?;
     if let Some(url) = &cli.prometheus_url {
         tracing::info!(url = %url, "source: Prometheus-compatible API");
         let opts = prometheus::PrometheusOptions {
@@ -202,16 +220,107 @@ fn start_signals(
     Ok(signals)
 }
 
+/// Follow the serving engines (`--serving-target`), with the user's mappings
+/// (`--serving-metric`), publishing into `serving`: the exporters' loop, limits and
+/// staleness, its own self-metrics.
+fn start_serving(
+    cli: &Cli,
+    serving: Arc<ArcSwap<Fleet>>,
+    metrics: SourceMetrics,
+    limits: source::limits::Limits,
+) -> Result<Option<ServingDiscovery>, Error> {
+    use source::serving::{ServingReader, mapping};
+    let reserved: Vec<&str> = fleet::GpuMetric::ALL
+        .into_iter()
+        .chain(fleet::GpuMetric::SERVING)
+        .map(fleet::GpuMetric::name)
+        .collect();
+    let mappings = mapping::parse_all(&cli.serving_metrics, &reserved)?;
+    // Leaked once: the names live as long as the process, as metric names.
+    let names: Vec<&'static str> = mappings.iter().map(|m| &*m.name.clone().leak()).collect();
+    fleet::declare_mapped(names.clone());
+    if cli.serving_targets.is_empty() && cli.serving_service_selector.is_none() {
+        if !mappings.is_empty() {
+            tracing::warn!(
+                "--serving-metric without --serving-target or --serving-service-selector: nothing to read it from"
+            );
+        }
+        return Ok(None);
+    }
+    let mut pods = std::collections::HashMap::new();
+    for t in &cli.serving_targets {
+        if let Some(other) = pods.insert(t.url.clone(), t.pod.clone()) {
+            return Err(Error::Config(format!(
+                "--serving-target: {} is given for both {}/{} and {}/{}",
+                t.url, other.0, other.1, t.pod.0, t.pod.1
+            )));
+        }
+    }
+    tracing::info!(
+        targets = pods.len(),
+        mappings = mappings.len(),
+        "serving engines"
+    );
+    let urls: Vec<String> = pods.keys().cloned().collect();
+    let pods = Arc::new(ArcSwap::from_pointee(pods));
+    let targets = Arc::new(ArcSwap::from_pointee(urls));
+    let reader = ServingReader::new(pods.clone(), mappings, names);
+    let opts = scrape::ScrapeOptions {
+        targets: targets.clone(),
+        interval: cli.scrape_interval,
+        timeout: cli.scrape_timeout,
+        accept: source::serving::ACCEPT,
+        auth: scrape::ExporterAuth::default(),
+        metrics,
+        limits,
+    };
+    let client = scrape::client(&opts)
+        .map_err(|e| Error::Config(format!("the serving scrape client: {e}")))?;
+    tokio::spawn(scrape::run_with(
+        opts,
+        client,
+        reader.into_reader(),
+        serving,
+    ));
+    Ok(cli
+        .serving_service_selector
+        .clone()
+        .map(|selector| ServingDiscovery {
+            selector,
+            pods,
+            targets,
+        }))
+}
+
+/// What serving engine discovery keeps current.
+struct ServingDiscovery {
+    selector: String,
+    pods: source::serving::TargetPods,
+    targets: Arc<ArcSwap<Vec<String>>>,
+}
+
 /// The pod watch, and exporter discovery when `targets` are to be discovered. Without
 /// API access the adapter still serves unselected pod metrics, unless it has no other
 /// way to find the exporters.
 async fn start_watches(
     cli: &Cli,
     targets: Option<Arc<ArcSwap<Vec<String>>>>,
+    serving: Option<ServingDiscovery>,
     pods: Arc<ArcSwap<PodIndex>>,
 ) -> Result<(), Error> {
     match kube_support::client(cli.kubeconfig.as_deref()).await {
         Ok(client) => {
+            if let Some(d) = serving {
+                tokio::spawn(source::serving::discovery::watch(
+                    client.clone(),
+                    d.selector,
+                    cli.serving_port_name.clone(),
+                    "http".to_string(),
+                    cli.serving_targets.clone(),
+                    d.pods,
+                    d.targets,
+                ));
+            }
             if let Some(targets) = targets {
                 tokio::spawn(discovery::watch_exporters(
                     client.clone(),
@@ -224,11 +333,19 @@ async fn start_watches(
             tokio::spawn(pods::watch(client, pods));
             Ok(())
         }
-        Err(e) if targets.is_some() => Err(Error::Config(format!(
-            "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
-            cli.exporter_service
+        Err(e) if serving.is_some() => Err(Error::Config(format!(
+            "--serving-service-selector needs the Kubernetes API to discover the serving engines: {e}"
         ))),
+        Err(e) if targets.is_some() && cli.serving_targets.is_empty() => {
+            Err(Error::Config(format!(
+                "no --exporter-url, and discovering the exporters from the EndpointSlices of {} needs the Kubernetes API: {e}",
+                cli.exporter_service
+            )))
+        }
         Err(e) => {
+            if targets.is_some() {
+                tracing::warn!(error = %e, "no --exporter-url and no Kubernetes API to discover exporters: serving engine metrics only");
+            }
             tracing::warn!(error = %e, "no Kubernetes API access: label selectors and workload metrics are unavailable");
             Ok(())
         }

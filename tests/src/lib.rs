@@ -7,6 +7,7 @@ pub mod hpa;
 pub mod https;
 pub mod pki;
 pub mod quantity;
+pub mod serving_engine;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

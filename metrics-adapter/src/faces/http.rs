@@ -64,8 +64,10 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
 }
 
 async fn readyz(State(s): Shared) -> Response {
-    let fleet = s.fleet.load();
-    match fleet.last_answer {
+    // Ready once exporters or serving engines answer: a run with only serving targets
+    // (no GPU exporters) serves too.
+    let last_answer = s.fleet.load().last_answer.max(s.serving.load().last_answer);
+    match last_answer {
         Some(t) if t.elapsed() <= s.staleness => "ok".into_response(),
         Some(t) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -222,15 +224,17 @@ fn custom_version(v: &str) -> Result<bool, ApiError> {
 }
 
 fn answer(s: &AppState, ns: &str, scope: &Scope<'_>, metric: &Metric) -> Result<Answer, ApiError> {
-    let a = metric_values(
-        &s.fleet.load(),
-        &s.pods.load(),
-        ns,
-        scope,
-        metric,
-        Instant::now(),
-        s.staleness,
-    )?;
+    let a = s.with_fleets(|fleets| {
+        metric_values(
+            fleets,
+            &s.pods.load(),
+            ns,
+            scope,
+            metric,
+            Instant::now(),
+            s.staleness,
+        )
+    })?;
     if a.stale > 0 {
         tracing::info!(
             namespace = ns,
@@ -465,6 +469,14 @@ async fn external(
         let oldest = a.values.iter().map(|v| v.at).min();
         let at = oldest.ok_or_else(|| no_data(&metric, &what(), &a))?;
         return Ok(list(vec![one(value, at, json!({}))?]));
+    }
+    if let Metric::Gpu(m) = &gm
+        && m.external_sum()
+    {
+        // Serving signals: one item, the sum over the selected pods (a workload's pods
+        // by their labels, or the whole namespace without a selector).
+        let (sum, at) = a.sum().ok_or_else(|| no_data(&metric, &what(), &a))?;
+        return Ok(list(vec![one(sum, at, json!({}))?]));
     }
     // One item per pod: an HPA sums the items, so `AverageValue` divides that sum by
     // the replicas and keeps "average per pod at T".

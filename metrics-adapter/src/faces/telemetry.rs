@@ -66,6 +66,8 @@ pub struct Telemetry {
     request_duration: HistogramFamily<ApiLabel>,
     grpc_requests: Family<GrpcLabels, Counter>,
     pub source: SourceMetrics,
+    /// The serving engines' scrapes (`serving_source_*`).
+    pub serving_source: SourceMetrics,
     pub auth: AuthMetrics,
 }
 
@@ -101,6 +103,8 @@ impl Telemetry {
         );
         let source = SourceMetrics::default();
         source.register(&mut registry);
+        let serving_source = SourceMetrics::default();
+        serving_source.register(registry.sub_registry_with_prefix("serving"));
         let auth = AuthMetrics::default();
         auth.register(&mut registry);
         registry.register_collector(Box::new(FleetCollector { fleet, staleness }));
@@ -110,8 +114,20 @@ impl Telemetry {
             request_duration,
             grpc_requests,
             source,
+            serving_source,
             auth,
         }
+    }
+
+    /// The serving engines' view gets the source gauges too, `serving_`-prefixed
+    /// (`serving_source_targets`, `serving_pods_fresh`, …).
+    pub fn watch_serving(&mut self, serving: Arc<ArcSwap<Fleet>>, staleness: Duration) {
+        self.registry
+            .sub_registry_with_prefix("serving")
+            .register_collector(Box::new(FleetCollector {
+                fleet: serving,
+                staleness,
+            }));
     }
 
     /// The OpenMetrics text of every metric.
@@ -289,7 +305,7 @@ impl Collector for FleetCollector {
         gauge(
             &mut encoder,
             "pods_fresh",
-            "Pods with GPU values within the staleness limit.",
+            "Pods with values within the staleness limit.",
             None,
             count(fresh),
         )?;

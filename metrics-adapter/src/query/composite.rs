@@ -14,7 +14,7 @@ use super::aggregate::{Aggregation, split_suffix};
 use super::expr::{EvalError, Expr};
 use super::{Answer, PodValue, Scope};
 use crate::error::Error;
-use crate::fleet::{Fleet, GpuMetric};
+use crate::fleet::GpuMetric;
 use crate::source::pods::PodIndex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -29,7 +29,10 @@ fn input_metric(name: &str) -> Option<GpuMetric> {
 
 /// Every per-pod input name, for error messages.
 fn input_names() -> Vec<&'static str> {
-    GpuMetric::ALL.map(GpuMetric::name).to_vec()
+    GpuMetric::served()
+        .into_iter()
+        .map(GpuMetric::name)
+        .collect()
 }
 
 /// A composite metric: a name and an expression over per-pod metrics.
@@ -226,7 +229,7 @@ impl Catalog {
 /// metrics as [`super::pod_values`] answers them, a composite evaluated on each pod
 /// that has every input fresh.
 pub fn metric_values(
-    fleet: &Fleet,
+    fleets: &super::Fleets<'_>,
     pods: &PodIndex,
     namespace: &str,
     scope: &Scope<'_>,
@@ -236,7 +239,7 @@ pub fn metric_values(
 ) -> Result<Answer, Error> {
     let composite = match metric {
         Metric::Gpu(m) => {
-            return super::pod_values(fleet, pods, namespace, scope, *m, now, staleness);
+            return super::pod_values(fleets.of(*m), pods, namespace, scope, *m, now, staleness);
         }
         Metric::Signal(s) => {
             return Err(Error::InvalidRequest(format!(
@@ -249,7 +252,7 @@ pub fn metric_values(
         .inputs
         .iter()
         .map(|m| {
-            let a = super::pod_values(fleet, pods, namespace, scope, *m, now, staleness)?;
+            let a = super::pod_values(fleets.of(*m), pods, namespace, scope, *m, now, staleness)?;
             Ok((m.name(), a))
         })
         .collect::<Result<Vec<_>, Error>>()?;
@@ -329,7 +332,7 @@ pub fn signal_value(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{Observed, PodValues};
+    use crate::fleet::{Fleet, Observed, PodValues};
     use std::time::SystemTime;
 
     fn defs(list: &[&str]) -> Vec<(String, String)> {
@@ -458,7 +461,10 @@ mod tests {
         .unwrap();
         let (m, _) = c.resolve("ns", "pressure").unwrap();
         let a = metric_values(
-            &fleet,
+            &crate::query::Fleets {
+                gpu: &fleet,
+                serving: &Fleet::default(),
+            },
             &PodIndex::default(),
             "ns",
             &Scope::Namespace,

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant, SystemTime};
 /// current, and how old a value may be.
 pub struct AppState {
     pub fleet: Arc<ArcSwap<Fleet>>,
+    /// What the serving engines last said ([`crate::source::serving`]): their own
+    /// targets, their own staleness, the same rules.
+    pub serving: Arc<ArcSwap<Fleet>>,
     pub pods: Arc<ArcSwap<PodIndex>>,
     pub staleness: Duration,
     /// The window reported with each value (the scrape interval).
@@ -29,6 +32,35 @@ pub struct AppState {
     pub catalog: Arc<composite::Catalog>,
     /// The signals' last readings.
     pub signals: crate::source::signal::SignalsHandle,
+}
+
+impl AppState {
+    /// Answers from the current views (the exporters' and the serving engines').
+    pub fn with_fleets<T>(&self, f: impl FnOnce(&Fleets<'_>) -> T) -> T {
+        let (gpu, serving) = (self.fleet.load(), self.serving.load());
+        f(&Fleets {
+            gpu: &gpu,
+            serving: &serving,
+        })
+    }
+}
+
+/// The two views a metric may be read from: the exporters' and the serving engines'.
+#[derive(Clone, Copy)]
+pub struct Fleets<'a> {
+    pub gpu: &'a Fleet,
+    pub serving: &'a Fleet,
+}
+
+impl<'a> Fleets<'a> {
+    /// The view `metric` is read from.
+    pub fn of(&self, metric: GpuMetric) -> &'a Fleet {
+        if metric.is_serving() {
+            self.serving
+        } else {
+            self.gpu
+        }
+    }
 }
 
 /// One pod's fresh value.
@@ -50,6 +82,12 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The sum of the pods' values and the oldest timestamp among them.
+    pub fn sum(&self) -> Option<(f64, SystemTime)> {
+        let oldest = self.values.iter().map(|v| v.at).min()?;
+        Some((self.values.iter().map(|v| v.value).sum(), oldest))
+    }
+
     /// The mean of the pods' values and the oldest timestamp among them.
     pub fn mean(&self) -> Option<(f64, SystemTime)> {
         if self.values.is_empty() {

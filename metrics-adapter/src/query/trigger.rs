@@ -157,15 +157,17 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
             Scope::Workload(&workload)
         }
     };
-    let a = metric_values(
-        &state.fleet.load(),
-        &state.pods.load(),
-        namespace,
-        &scope,
-        &t.metric,
-        Instant::now(),
-        state.staleness,
-    )?;
+    let a = state.with_fleets(|fleets| {
+        metric_values(
+            fleets,
+            &state.pods.load(),
+            namespace,
+            &scope,
+            &t.metric,
+            Instant::now(),
+            state.staleness,
+        )
+    })?;
     if a.values.is_empty() {
         if a.stale > 0 {
             return Err(Error::Stale {
@@ -236,6 +238,7 @@ mod tests {
         }
         AppState {
             fleet: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(fleet)),
+            serving: Default::default(),
             pods: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(pods)),
             staleness: std::time::Duration::from_secs(30),
             window_seconds: 2,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The scrape path of every exporter.
-const METRICS_PATH: &str = "/metrics";
+pub(crate) const METRICS_PATH: &str = "/metrics";
 
 /// The port of `slice` to scrape: the one named `port_name`, else the slice's only port
 /// (a Service with a single unnamed port is common). `None` when neither exists, or the
@@ -44,14 +44,14 @@ pub fn slice_port(slice: &EndpointSlice, port_name: &str) -> Option<u16> {
 /// says a nil `ready` is to be read as ready, and the controller sets it to `false`
 /// for terminating pods (unless the Service publishes not-ready addresses), so
 /// `serving` and `terminating` need no separate reading.
-fn is_ready(endpoint: &Endpoint) -> bool {
+pub(crate) fn is_ready(endpoint: &Endpoint) -> bool {
     endpoint.conditions.as_ref().and_then(|c| c.ready) != Some(false)
 }
 
 /// The host part of a URL for `address`: IPs normalised (so one address written two
 /// ways is scraped once), IPv6 in brackets, and FQDNs as they are if they are plain
 /// hostnames. Anything else is refused rather than pasted into a URL.
-fn url_host(address: &str, address_type: &str) -> Option<String> {
+pub(crate) fn url_host(address: &str, address_type: &str) -> Option<String> {
     match address.parse::<IpAddr>() {
         Ok(IpAddr::V4(ip)) => Some(ip.to_string()),
         Ok(IpAddr::V6(ip)) => Some(format!("[{ip}]")),

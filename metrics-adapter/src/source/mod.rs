@@ -7,6 +7,7 @@
 //! - [`prometheus`]: the Prometheus-compatible source, instant queries;
 //! - [`derive`]: from series to per-pod values, shared by both;
 //! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
+//! - [`serving`]: the serving engines' own signals (vLLM, SGLang, TGI, Triton), per pod;
 //! - [`http_client`]: the HTTP(S) client both sources scrape with;
 //! - [`signal`]: signals without pods (a gateway's queue), for scale from zero.
 //!
@@ -20,6 +21,7 @@ pub mod limits;
 pub mod pods;
 pub mod prometheus;
 pub mod scrape;
+pub mod serving;
 pub mod signal;
 
 use prometheus_client::encoding::EncodeLabelSet;

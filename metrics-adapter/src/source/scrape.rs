@@ -45,6 +45,21 @@ pub const MIN_GAP: Duration = Duration::from_millis(100);
 pub type Decoder =
     fn(content_type: &str, body: &[u8], max_series: usize) -> Result<Vec<Series>, Error>;
 
+/// Turns one target's answer into per-pod values, refusing more than `max_series`
+/// series: the exporters' reader is a [`Decoder`] then [`pod_values`]; the serving
+/// engines' knows each target's pod and keeps counters across
+/// answers for rates. Run on the blocking pool, one answer at a time.
+pub type Reader = Arc<
+    dyn Fn(&str, &str, &[u8], usize) -> Result<HashMap<PodKey, PodValues>, Error> + Send + Sync,
+>;
+
+/// The exporters' reader: `decode`'s series, then each pod's GPU values.
+pub fn exporter_reader(decode: Decoder) -> Reader {
+    Arc::new(move |_target, content_type, body, max_series| {
+        decode(content_type, body, max_series).map(|series| pod_values(&series))
+    })
+}
+
 /// How to scrape.
 #[derive(Debug, Clone)]
 pub struct ScrapeOptions {
@@ -117,7 +132,7 @@ enum Fetched {
 struct Follow {
     client: Client,
     opts: ScrapeOptions,
-    decode: Decoder,
+    read: Reader,
     /// One body decoded at a time, on the blocking pool: the CPU work stays within one
     /// core and never queues in front of API requests on the async workers, and only
     /// one decoded body is alive at once.
@@ -179,16 +194,15 @@ async fn fetch(
         .acquire()
         .await
         .map_err(|_| Error::Scrape("shutting down".into()))?;
-    let decode = follow.decode;
+    let read = follow.read.clone();
     let (max_series, max_pods) = (
         opts.limits.max_series_per_target,
         opts.limits.max_pods_per_target,
     );
-    let pods = tokio::task::spawn_blocking(move || {
-        decode(&content_type, &body, max_series).map(|series| pod_values(&series))
-    })
-    .await
-    .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
+    let target = url.to_string();
+    let pods = tokio::task::spawn_blocking(move || read(&target, &content_type, &body, max_series))
+        .await
+        .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
     if pods.len() > max_pods {
         return Err(Error::OverLimit {
             reason: Rejection::PodLimit,
@@ -254,9 +268,20 @@ pub fn client(opts: &ScrapeOptions) -> Result<Client, Error> {
     super::http_client::client(&opts.auth.tls, Some(opts.interval * 4))
 }
 
-/// Follow every target with `client` (from [`client`]), publishing into `store` in
+/// Follow every exporter with `client` (from [`client`]), publishing into `store` in
 /// batches; the targets and credentials are re-read every interval.
 pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Arc<ArcSwap<Fleet>>) {
+    run_with(opts, client, exporter_reader(decode), store).await
+}
+
+/// [`run`] with any [`Reader`]: the same following, limits, staleness and
+/// self-metrics for every kind of target.
+pub async fn run_with(
+    opts: ScrapeOptions,
+    client: Client,
+    read: Reader,
+    store: Arc<ArcSwap<Fleet>>,
+) {
     // Per target: its pods and when, kept across answers so a failure ages them out.
     let mut per_target: HashMap<String, Scraped> = HashMap::new();
     // Failing targets, with the limit they passed if that is why: logged again only
@@ -269,7 +294,7 @@ pub async fn run(opts: ScrapeOptions, client: Client, decode: Decoder, store: Ar
     let follow = Arc::new(Follow {
         client,
         opts: opts.clone(),
-        decode,
+        read,
         decoding: tokio::sync::Semaphore::new(1),
         credentials: ArcSwap::from_pointee(Ok(None)),
     });

@@ -1888,7 +1888,7 @@ fn services_and_policies_select_the_right_pods_and_ports() {
 
 #[test]
 fn examples_scale_the_inference_deployment_on_metrics_that_exist() {
-    let served: Vec<&str> = GpuMetric::ALL.iter().map(|m| m.name()).collect();
+    let served: Vec<&str> = GpuMetric::served().into_iter().map(|m| m.name()).collect();
     let default = build("overlays/default");
     let adapter_svc = find(&default, "Service", "gpu-metrics-adapter");
     let grpc_port = arr(adapter_svc, "/spec/ports")

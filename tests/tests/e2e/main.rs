@@ -40,5 +40,6 @@ mod protobuf;
 mod rbac;
 mod readiness;
 mod reenumeration;
+mod serving;
 mod soak;
 mod web_config;

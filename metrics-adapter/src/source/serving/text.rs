@@ -1,0 +1,183 @@
+//! The Prometheus text exposition (format 0.0.4, and OpenMetrics text, whose samples
+//! read the same), as the serving engines serve it: their Python and Rust Prometheus
+//! clients offer no protobuf. Only the samples of wanted families are kept; the
+//! others are skipped by name, unparsed.
+
+use super::super::derive::Series;
+use super::super::limits::Rejection;
+use crate::error::Error;
+
+/// Whether a content type is a text exposition (an empty one is taken as text, as
+/// Prometheus does).
+pub fn is_text(content_type: &str) -> bool {
+    let ct = content_type.trim().to_ascii_lowercase();
+    ct.is_empty() || ct.starts_with("text/plain") || ct.starts_with("application/openmetrics-text")
+}
+
+/// The samples of `body` whose names `wanted` accepts, at most `max_series` of them.
+/// Every sample name is offered to `wanted`, so it also sees what is there.
+pub fn parse(
+    body: &[u8],
+    max_series: usize,
+    mut wanted: impl FnMut(&str) -> bool,
+) -> Result<Vec<Series>, Error> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Error::Decode(format!("the exposition is not UTF-8: {e}")))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let end = line
+            .find(|c: char| c == '{' || c.is_ascii_whitespace())
+            .unwrap_or(line.len());
+        let name = &line[..end];
+        if !wanted(name) {
+            continue;
+        }
+        let bad = |why: &str| Error::Decode(format!("line {}: {why}: {line:?}", n + 1));
+        let mut rest = &line[end..];
+        let mut labels = Vec::new();
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = parse_labels(after, &mut labels).map_err(&bad)?;
+        }
+        let value = rest
+            .split_ascii_whitespace()
+            .next()
+            .ok_or_else(|| bad("no value"))?;
+        let value = parse_value(value).ok_or_else(|| bad("the value is not a number"))?;
+        if out.len() >= max_series {
+            return Err(Error::OverLimit {
+                reason: Rejection::SeriesLimit,
+                message: format!(
+                    "the engine reports more than {max_series} series of the served families (--max-series-per-target)"
+                ),
+            });
+        }
+        out.push(Series {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    Ok(out)
+}
+
+/// A sample value: a float, or `+Inf`, `-Inf`, `NaN`.
+fn parse_value(text: &str) -> Option<f64> {
+    match text {
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        "NaN" => Some(f64::NAN),
+        _ => text.parse().ok(),
+    }
+}
+
+/// `name="value",…}` after the opening brace: the pairs into `labels`, and what follows
+/// the closing brace.
+fn parse_labels<'a>(
+    mut rest: &'a str,
+    labels: &mut Vec<(String, String)>,
+) -> Result<&'a str, &'static str> {
+    loop {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix('}') {
+            return Ok(after);
+        }
+        let eq = rest.find('=').ok_or("a label without a value")?;
+        let name = rest[..eq].trim();
+        if name.is_empty() {
+            return Err("an empty label name");
+        }
+        rest = rest[eq + 1..]
+            .trim_start()
+            .strip_prefix('"')
+            .ok_or("a label value not in quotes")?;
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let close = loop {
+            match chars.next() {
+                Some((i, '"')) => break i,
+                Some((_, '\\')) => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => return Err("an unterminated label value"),
+                },
+                Some((_, c)) => value.push(c),
+                None => return Err("an unterminated label value"),
+            }
+        };
+        labels.push((name.to_string(), value));
+        rest = rest[close + 1..].trim_start();
+        if let Some(after) = rest.strip_prefix(',') {
+            rest = after;
+        } else if !rest.starts_with('}') {
+            return Err("labels not separated by commas");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_labels_escapes_and_special_values() {
+        let body = br#"# HELP vllm:num_requests_waiting Number of requests waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="a \"b\" \\c\nd"} 4.0
+vllm:ttft_bucket{le="+Inf",} 7 1700000000000
+other_metric 1
+vllm:x NaN
+vllm:y -Inf
+"#;
+        let mut seen = Vec::new();
+        let series = parse(body, 10, |n| {
+            seen.push(n.to_string());
+            n.starts_with("vllm:")
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 5, "every sample's name is offered");
+        assert_eq!(series.len(), 4);
+        assert_eq!(series[0].label("model_name"), Some("a \"b\" \\c\nd"));
+        assert_eq!(series[0].value, 4.0);
+        assert_eq!(series[1].label("le"), Some("+Inf"));
+        assert_eq!(series[1].value, 7.0, "the timestamp is not the value");
+        assert!(series[2].value.is_nan());
+        assert_eq!(series[3].value, f64::NEG_INFINITY);
+    }
+
+    #[test]
+    fn malformed_wanted_lines_and_too_many_series_are_refused() {
+        for bad in [
+            &b"vllm:a{x=\"1\" 2"[..],
+            b"vllm:a{x=1} 2",
+            b"vllm:a 2x",
+            b"vllm:a",
+            b"vllm:a{x=\"1\"y=\"2\"} 1",
+            b"\xff",
+        ] {
+            assert!(
+                parse(bad, 10, |_| true).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // A malformed line of an unwanted family is skipped, not refused.
+        assert_eq!(
+            parse(b"other{x=1} 2\nvllm:a 1", 10, |n| n == "vllm:a")
+                .unwrap()
+                .len(),
+            1
+        );
+        let many = "vllm:a 1\n".repeat(11);
+        assert!(matches!(
+            parse(many.as_bytes(), 10, |_| true),
+            Err(Error::OverLimit {
+                reason: Rejection::SeriesLimit,
+                ..
+            })
+        ));
+    }
+}
