@@ -73,6 +73,7 @@ fn snapshot(plan: &Arc<counters::ExportPlan>, util: u64) -> Snapshot {
         labels: Arc::from(
             r#"gpu="0",UUID="GPU-00000000-0000-0000-0000-000000000000",pci_bus_id="00000000:00:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-node-0",container="main",namespace="ml",pod="trainer-0""#,
         ),
+        copies: None,
         is_gpu: true,
         up: true,
         last_xid: None,

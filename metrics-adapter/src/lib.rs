@@ -51,6 +51,19 @@ pub mod fuzzing {
         let answer = FamilyAnswer::decode(values, stamps, max_series).map(|a| (family, a));
         assemble(vec![answer], now_unix, staleness, max_pods)
     }
+
+    /// The state a KEDA trigger is parsed against: the built-in metrics only, no data.
+    pub fn trigger_state() -> crate::query::AppState {
+        crate::query::AppState {
+            fleet: Default::default(),
+            serving: Default::default(),
+            pods: Default::default(),
+            staleness: Duration::from_secs(30),
+            window_seconds: 2,
+            catalog: Default::default(),
+            signals: crate::source::signal::handle(),
+        }
+    }
 }
 
 use arc_swap::ArcSwap;

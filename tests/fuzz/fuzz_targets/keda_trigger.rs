@@ -4,28 +4,31 @@
 //! its metadata written back canonically parses to the same trigger.
 #![no_main]
 
-use gpu_metrics_adapter::query::trigger::{Aggregation, Pods, Trigger, parse_trigger};
+use gpu_metrics_adapter::fuzzing::trigger_state;
+use gpu_metrics_adapter::query::AppState;
+use gpu_metrics_adapter::query::trigger::{Pods, Trigger, parse_trigger};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
+use std::sync::OnceLock;
+
+fn state() -> &'static AppState {
+    static STATE: OnceLock<AppState> = OnceLock::new();
+    STATE.get_or_init(trigger_state)
+}
 
 fn metadata_of(t: &Trigger) -> HashMap<String, String> {
-    let aggregation = match t.aggregation {
-        Aggregation::Sum => "sum",
-        Aggregation::Average => "average",
-        Aggregation::Max => "max",
-        Aggregation::Min => "min",
-    };
-    let pods = match &t.pods {
-        Pods::Selector(s) => ("podSelector", s.to_string()),
-        Pods::Deployment(d) => ("deployment", d.clone()),
-    };
-    HashMap::from([
+    let mut meta = HashMap::from([
         ("metric".to_owned(), t.metric.name().to_owned()),
         ("targetValue".to_owned(), t.target.to_string()),
         ("activationTargetValue".to_owned(), t.activation.to_string()),
-        ("aggregation".to_owned(), aggregation.to_owned()),
-        (pods.0.to_owned(), pods.1),
-    ])
+        ("aggregation".to_owned(), t.aggregation.to_string()),
+    ]);
+    match &t.pods {
+        Some(Pods::Selector(s)) => meta.insert("podSelector".to_owned(), s.to_string()),
+        Some(Pods::Deployment(d)) => meta.insert("deployment".to_owned(), d.clone()),
+        None => None,
+    };
+    meta
 }
 
 fuzz_target!(|text: &str| {
@@ -34,13 +37,13 @@ fuzz_target!(|text: &str| {
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-    let Ok(trigger) = parse_trigger(&meta) else {
+    let Ok(trigger) = parse_trigger(state(), "fuzz", &meta) else {
         return;
     };
     assert!(trigger.target.is_finite() && trigger.target > 0.0);
     assert!(trigger.activation.is_finite());
     let written = metadata_of(&trigger);
-    let again = parse_trigger(&written)
+    let again = parse_trigger(state(), "fuzz", &written)
         .unwrap_or_else(|e| panic!("{written:?} (from {meta:?}) does not parse: {e}"));
     assert_eq!(metadata_of(&again), written);
 });
