@@ -137,11 +137,12 @@ pub fn start_attribution(
             let kubeconfig = opts.kubeconfig.clone();
             let allow = opts.pod_labels.clone();
             let store = directory.clone();
+            let kubelet = kubelet_view.clone();
             runtime.spawn(async move {
                 match kube_support::client(kubeconfig.as_deref()).await {
                     Ok(client) => {
                         tracing::info!(node = %node, labels = ?allow, "watching this node's pods");
-                        pods::watch(client, node, allow, store).await;
+                        pods::watch(client, node, allow, store, kubelet).await;
                     }
                     Err(e) => tracing::error!(error = %e, "no Kubernetes API access: no pod labels, no per-pod split of shared GPUs"),
                 }
