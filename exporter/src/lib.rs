@@ -157,6 +157,7 @@ pub fn start_attribution(
             let store = directory.clone();
             let dra_store = opts.enable_dra.then(|| slices.clone());
             let rt = runtime.clone();
+            let kubelet = kubelet_view.clone();
             runtime.spawn(async move {
                 match kube_support::client(kubeconfig.as_deref()).await {
                     Ok(client) => {
@@ -165,7 +166,7 @@ pub fn start_attribution(
                             rt.spawn(dra::watch(client.clone(), node.clone(), dra_store));
                         }
                         tracing::info!(node = %node, labels = ?allow, "watching this node's pods");
-                        pods::watch(client, node, allow, store).await;
+                        pods::watch(client, node, allow, store, kubelet).await;
                     }
                     Err(e) => tracing::error!(error = %e, "no Kubernetes API access: no pod labels, no per-pod split of shared GPUs"),
                 }

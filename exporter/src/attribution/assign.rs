@@ -641,7 +641,8 @@ mod tests {
                 labels: vec![("app".into(), "resnet".into())],
             },
         );
-        pods.ended.insert(("ns".into(), "done".into()), "u2".into());
+        pods.ended
+            .insert(("ns".into(), "done".into()), std::time::Instant::now());
         let h = resolve(
             &[
                 alloc("ns", "live", "c", "nvidia.com/gpu", "0"),

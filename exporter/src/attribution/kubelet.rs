@@ -86,6 +86,9 @@ pub struct KubeletView {
     /// Why the last attempt failed.
     pub last_error: Option<String>,
     pub last_success: Option<SystemTime>,
+    /// When the list `allocations` come from was asked for; None while down. A pod it
+    /// does not name had left the kubelet's list by then.
+    pub listed_at: Option<Instant>,
     pub lists_total: u64,
     pub failures_total: u64,
     pub last_list_duration: Duration,
@@ -267,6 +270,7 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
                 view.up = true;
                 view.last_error = None;
                 view.last_success = Some(SystemTime::now());
+                view.listed_at = Some(started);
             }
             Err(e) => {
                 view.failures_total += 1;
@@ -279,6 +283,7 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
                 }
                 view.up = false;
                 view.allocations.clear();
+                view.listed_at = None;
                 view.last_error = Some(e);
             }
         }

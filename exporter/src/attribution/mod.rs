@@ -119,9 +119,11 @@ impl Attributor {
         inv: &Inventory,
         inventory_generation: u64,
     ) -> (Arc<Holdings>, bool) {
-        let kubelet = self.kubelet.load_full();
+        // The pods first: the watch forgets an ended pod only after a kubelet view that
+        // no longer lists it was published, so a view loaded after them cannot name it.
         let pods = self.pods.load_full();
         let slices = self.slices.load_full();
+        let kubelet = self.kubelet.load_full();
         // Health counters change without the allocations changing.
         self.view = kubelet.clone();
         let key = (
