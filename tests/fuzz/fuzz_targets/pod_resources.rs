@@ -20,6 +20,8 @@ fn gpu(index: u32, uuid: &str) -> EntityInfo {
         uuid: uuid.into(),
         pci_bus_id: format!("00000000:{:02X}:00.0", index + 1),
         model_name: "NVIDIA H100 80GB HBM3".into(),
+        // Minor numbers that are not the indices, as on real nodes (DRA names use them).
+        minor_number: Some(index ^ 1),
         mig: None,
         labels: Default::default(),
         lost: false,
@@ -37,6 +39,7 @@ fn mig(parent: (usize, &EntityInfo), gpu_instance_id: u32, slot: u32, uuid: &str
             slot,
             profile: "1g.10gb".into(),
             mig_uuid: uuid.into(),
+            placement: None,
         }),
         ..gpu.clone()
     }
