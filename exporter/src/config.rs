@@ -313,9 +313,10 @@ pub struct Cli {
           default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
     pub enable_pprof: bool,
 
-    /// Use systemd socket activation listeners instead of port listeners.
+    /// Use systemd socket activation listeners instead of port listeners: serve on the
+    /// socket systemd passes (LISTEN_FDS), not on --address.
     #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET", hide_env_values = true,
-          help_heading = COMPAT, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
+          value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
           default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
     pub web_systemd_socket: bool,
 
@@ -478,7 +479,6 @@ impl Cli {
             ("enable_gpu_bind_unbind_watch", "--enable-gpu-bind-unbind-watch", NO_BIND_EVENTS),
             ("gpu_bind_unbind_poll_interval", "--gpu-bind-unbind-poll-interval", NO_BIND_EVENTS),
             ("enable_pprof", "--enable-pprof", "Go's pprof does not exist in this binary; see --debug and the gpu_exporter_* self-metrics"),
-            ("web_systemd_socket", "--web-systemd-socket", "systemd socket activation is not supported: the exporter binds --address itself"),
         ]
         .into_iter()
         .filter(|(id, _, _)| self.given.contains(*id))

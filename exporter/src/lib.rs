@@ -192,6 +192,12 @@ pub fn run(cli: Cli) -> Result<()> {
     for (flag, reason) in cli.ignored_flags() {
         tracing::warn!(flag, reason, "dcgm-exporter flag ignored");
     }
+    // Taken before any thread starts: reading the activation variables also unsets them.
+    let activated = if cli.web_systemd_socket {
+        Some(systemd_socket()?)
+    } else {
+        None
+    };
     tls_serving::install_crypto_provider();
     // The web config first: a bad one stops startup before the GPUs are touched.
     let web = match cli.web_config_file() {
@@ -304,12 +310,16 @@ pub fn run(cli: Cli) -> Result<()> {
     // Probes carry no credentials, so the paths open to everyone are the health paths.
     let limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
     let served = runtime.block_on(async move {
-        let listener = tls_serving::bind(&address)
-            .await
-            .map_err(|source| Error::Listen {
-                address: address.clone(),
-                source,
-            })?;
+        let listener = match activated {
+            Some(socket) => socket
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(socket)),
+            None => tls_serving::bind(&address).await,
+        }
+        .map_err(|source| Error::Listen {
+            address: address.clone(),
+            source,
+        })?;
         let local = listener.local_addr().map_err(Error::Serve)?;
         let mut router = http::router(state);
         let mut tls = None;
@@ -343,4 +353,32 @@ pub fn run(cli: Cli) -> Result<()> {
     let _ = sampler_thread.join();
     tracing::info!("stopped");
     served
+}
+
+/// The listening socket systemd passed (`--web-systemd-socket`, as exporter-toolkit
+/// reads it: `LISTEN_FDS`, and `LISTEN_PID` when set); `--address` is then not bound.
+fn systemd_socket() -> Result<std::net::TcpListener> {
+    let error = |message: String| Error::Listen {
+        address: "the systemd socket (--web-systemd-socket)".into(),
+        source: std::io::Error::other(message),
+    };
+    let mut fds = listenfd::ListenFd::from_env();
+    let passed = fds.len();
+    let socket = fds
+        .take_tcp_listener(0)
+        .map_err(|e| {
+            error(format!(
+                "the first passed descriptor is not a TCP listener: {e}"
+            ))
+        })?
+        .ok_or_else(|| {
+            error("no socket was passed (LISTEN_FDS unset, or meant for another process)".into())
+        })?;
+    if passed > 1 {
+        tracing::warn!(
+            passed,
+            "systemd passed several sockets: serving on the first only"
+        );
+    }
+    Ok(socket)
 }

@@ -220,7 +220,6 @@ fn each_ignored_dcgm_exporter_flag_is_logged_once_with_its_reason() {
             "--enable-pprof",
             "-dump-enabled",
             "--switch-devices=g:0",
-            "--web-systemd-socket=true",
         ],
         &[
             ("DCGM_EXPORTER_ENABLE_DCGM_LOG", "1"),
@@ -236,7 +235,6 @@ fn each_ignored_dcgm_exporter_flag_is_logged_once_with_its_reason() {
         ("--enable-pprof", "pprof"),
         ("--dump-enabled", "no DCGM objects to dump"),
         ("--switch-devices", "NVSwitch"),
-        ("--web-systemd-socket", "socket activation"),
         ("--enable-dcgm-log", "no DCGM library"),
         ("--use-old-namespace", "1.x label names"),
     ] {
@@ -249,7 +247,7 @@ fn each_ignored_dcgm_exporter_flag_is_logged_once_with_its_reason() {
         assert_eq!(lines.len(), 1, "{flag}: {log}");
         assert!(lines[0].contains(reason), "{flag}: {}", lines[0]);
     }
-    assert_eq!(ignored.len(), 7, "nothing else is reported: {ignored:#?}");
+    assert_eq!(ignored.len(), 6, "nothing else is reported: {ignored:#?}");
     // Not given: not reported.
     let quiet = startup_log(&[], &[]);
     assert!(!quiet.contains("dcgm-exporter flag ignored"), "{quiet}");
@@ -307,4 +305,67 @@ fn invalid_values_of_dcgm_exporter_flags_stop_startup_clearly() {
     let (code, out) = run(&["--simulate"], &[("DCGM_EXPORTER_DEBUG", "maybe")]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("\"maybe\" is not a boolean"), "{out}");
+}
+
+/// systemd's side of socket activation, in Python (tests only): bind a listening socket,
+/// print its port, hand it over as descriptor 3 with LISTEN_FDS=1 and LISTEN_PID set to
+/// the process itself, and exec the exporter (the same process, as systemd's child is).
+const ACTIVATE: &str = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+print(s.getsockname()[1], flush=True)
+os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
+env = dict(os.environ, LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
+os.execve(sys.argv[1], sys.argv[1:], env)
+"#;
+
+#[test]
+fn web_systemd_socket_serves_on_the_socket_systemd_passes() {
+    // An --address already in use: binding it would stop startup, so it must not be.
+    let occupied = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = occupied.local_addr().expect("address").to_string();
+    let mut child = Command::new("python3")
+        .args(["-c", ACTIVATE, BIN, "--simulate", "--web-systemd-socket"])
+        .args(["-a", &taken])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let mut port = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut port)
+        .expect("port");
+    let address = format!("127.0.0.1:{}", port.trim());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let answer = std::net::TcpStream::connect(&address).and_then(|mut c| {
+            use std::io::{Read, Write};
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+            let mut text = String::new();
+            c.read_to_string(&mut text)?;
+            Ok(text)
+        });
+        match answer {
+            Ok(text) if text.contains("DCGM_FI_DEV_GPU_TEMP{") => break text,
+            _ if Instant::now() > deadline => panic!("no metrics on the passed socket {address}"),
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+}
+
+#[test]
+fn web_systemd_socket_without_a_passed_socket_stops_startup_clearly() {
+    let (code, out) = run(
+        &["--simulate", "--web-systemd-socket", "-a", "127.0.0.1:0"],
+        &[],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("no socket was passed"), "{out}");
 }
