@@ -487,6 +487,7 @@ fn every_component_composes_with_the_base() {
         "nvidia-runtime-class",
         "serving-discovery",
         "composite-metrics",
+        "gateway-signal",
     ] {
         assert!(
             components.contains(want),
@@ -523,6 +524,34 @@ fn every_component_composes_with_the_base() {
                 assert!(ds.get("runtimeClassName").is_none());
             }
         }
+        let adapter_args = args(container(adapter_deploy(&objs), "adapter"));
+        let signal = flag(&adapter_args, "--signal");
+        if component == "gateway-signal" {
+            // The signal parses as the adapter parses it, and is the one the
+            // scale-from-zero example's push trigger asks for, in its namespace.
+            let spec = gpu_metrics_adapter::source::signal::parse_spec(signal.expect("--signal"))
+                .expect("the adapter accepts the component's --signal");
+            let example = build("examples/keda-scale-from-zero");
+            let so = all(&example, "ScaledObject")[0];
+            let push = arr(so, "/spec/triggers")
+                .iter()
+                .find(|t| t["type"] == "external-push")
+                .expect("a push trigger");
+            assert_eq!(push["metadata"]["metric"], spec.name.as_str());
+            assert_eq!(namespace(so), spec.namespace);
+        } else {
+            assert_eq!(signal, None, "{component}");
+        }
+        assert_eq!(
+            flag(&adapter_args, "--serving-service-selector").is_some(),
+            component == "serving-discovery",
+            "{component}"
+        );
+        assert_eq!(
+            flag(&adapter_args, "--composite-metrics-file").is_some(),
+            component == "composite-metrics",
+            "{component}"
+        );
         let apiservices = all(&objs, "APIService");
         assert_eq!(apiservices.len(), 3, "{component}");
         if component == "cert-manager" {
