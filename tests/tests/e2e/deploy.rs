@@ -1644,7 +1644,10 @@ fn serving_discovery_is_granted_cluster_wide_only_with_its_component() {
     let objs = build("overlays/llm-serving");
     let (wide, all_grants) = cluster_wide(&objs);
     assert_eq!(wide, serving_calls, "cluster-wide EndpointSlice grants");
-    assert_eq!(all_grants, adapter_calls, "llm-serving: the adapter's grants");
+    assert_eq!(
+        all_grants, adapter_calls,
+        "llm-serving: the adapter's grants"
+    );
     let adapter = adapter_deploy(&objs);
     let a = args(container(adapter, "adapter"));
     assert_eq!(
@@ -1669,14 +1672,21 @@ fn serving_discovery_is_granted_cluster_wide_only_with_its_component() {
         .find(|c| name(c) == str_at(volume, "/configMap/name"))
         .expect("examples/composite-hpa ships the mounted ConfigMap");
     assert_eq!(namespace(cm), namespace(adapter));
-    let key = Path::new(file).file_name().and_then(|n| n.to_str()).expect("file name");
-    assert!(cm["data"][key].is_string(), "the ConfigMap has no key {key}");
+    let key = Path::new(file)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("file name");
+    assert!(
+        cm["data"][key].is_string(),
+        "the ConfigMap has no key {key}"
+    );
     // The engines' pods are reachable: an egress rule to the label in any namespace.
     let policy = find(&objs, "NetworkPolicy", "gpu-metrics-adapter");
     assert!(
-        arr(policy, "/spec/egress").iter().any(|r| r["to"][0]["namespaceSelector"]
-            == serde_json::json!({})
-            && r["to"][0]["podSelector"]["matchLabels"]["gpu-metrics.io/serving"] == "true"),
+        arr(policy, "/spec/egress")
+            .iter()
+            .any(|r| r["to"][0]["namespaceSelector"] == serde_json::json!({})
+                && r["to"][0]["podSelector"]["matchLabels"]["gpu-metrics.io/serving"] == "true"),
         "{policy}"
     );
 }

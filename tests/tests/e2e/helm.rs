@@ -346,11 +346,15 @@ fn serving_composite_and_signal_values_land_in_the_adapter() {
             .any(|rule| rule["resources"] == json!(["endpointslices"]))
     };
     let off = render(&[], &[]);
-    assert!(!serving_grant(&off), "off: no cluster-wide EndpointSlice grant");
+    assert!(
+        !serving_grant(&off),
+        "off: no cluster-wide EndpointSlice grant"
+    );
     let a = args(container(&off, "Deployment", "gpu-metrics-adapter"));
     assert!(
-        !a.iter()
-            .any(|x| x.starts_with("--serving") || x.starts_with("--composite") || x.starts_with("--signal")),
+        !a.iter().any(|x| x.starts_with("--serving")
+            || x.starts_with("--composite")
+            || x.starts_with("--signal")),
         "{a:?}"
     );
     let on = render(
@@ -366,8 +370,15 @@ fn serving_composite_and_signal_values_land_in_the_adapter() {
             "signals.sources[0]=inference/gateway_requests_waiting=promql:sum(q),signals.interval=1s",
         ],
     );
-    let binding = find(&on, "ClusterRoleBinding", "gpu-metrics-adapter-serving-discovery");
-    assert_eq!(binding["roleRef"]["name"], "gpu-metrics-adapter-serving-discovery");
+    let binding = find(
+        &on,
+        "ClusterRoleBinding",
+        "gpu-metrics-adapter-serving-discovery",
+    );
+    assert_eq!(
+        binding["roleRef"]["name"],
+        "gpu-metrics-adapter-serving-discovery"
+    );
     let role = find(&on, "ClusterRole", "gpu-metrics-adapter-serving-discovery");
     assert_eq!(
         role["rules"],
@@ -385,11 +396,9 @@ fn serving_composite_and_signal_values_land_in_the_adapter() {
     ] {
         assert!(a.contains(&want), "{want} not in {a:?}");
     }
-    assert!(
-        c["volumeMounts"].as_array().expect("mounts").contains(
-            &json!({"name": "composites", "mountPath": "/etc/gpu-metrics-adapter", "readOnly": true})
-        )
-    );
+    assert!(c["volumeMounts"].as_array().expect("mounts").contains(
+        &json!({"name": "composites", "mountPath": "/etc/gpu-metrics-adapter", "readOnly": true})
+    ));
     let d = find(&on, "Deployment", "gpu-metrics-adapter");
     assert!(
         d["spec"]["template"]["spec"]["volumes"]
