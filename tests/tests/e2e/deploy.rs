@@ -485,6 +485,9 @@ fn every_component_composes_with_the_base() {
         "service-monitor",
         "process-attribution",
         "nvidia-runtime-class",
+        "serving-discovery",
+        "composite-metrics",
+        "gateway-signal",
     ] {
         assert!(
             components.contains(want),
@@ -521,6 +524,34 @@ fn every_component_composes_with_the_base() {
                 assert!(ds.get("runtimeClassName").is_none());
             }
         }
+        let adapter_args = args(container(adapter_deploy(&objs), "adapter"));
+        let signal = flag(&adapter_args, "--signal");
+        if component == "gateway-signal" {
+            // The signal parses as the adapter parses it, and is the one the
+            // scale-from-zero example's push trigger asks for, in its namespace.
+            let spec = gpu_metrics_adapter::source::signal::parse_spec(signal.expect("--signal"))
+                .expect("the adapter accepts the component's --signal");
+            let example = build("examples/keda-scale-from-zero");
+            let so = all(&example, "ScaledObject")[0];
+            let push = arr(so, "/spec/triggers")
+                .iter()
+                .find(|t| t["type"] == "external-push")
+                .expect("a push trigger");
+            assert_eq!(push["metadata"]["metric"], spec.name.as_str());
+            assert_eq!(namespace(so), spec.namespace);
+        } else {
+            assert_eq!(signal, None, "{component}");
+        }
+        assert_eq!(
+            flag(&adapter_args, "--serving-service-selector").is_some(),
+            component == "serving-discovery",
+            "{component}"
+        );
+        assert_eq!(
+            flag(&adapter_args, "--composite-metrics-file").is_some(),
+            component == "composite-metrics",
+            "{component}"
+        );
         let apiservices = all(&objs, "APIService");
         assert_eq!(apiservices.len(), 3, "{component}");
         if component == "cert-manager" {
@@ -1564,6 +1595,100 @@ fn rbac_grants_exactly_the_calls_in_the_code() {
             "{overlay}: the HPA controller reads, never watches"
         );
     }
+}
+
+/// Issue 18, least privilege: serving-engine discovery lists and watches EndpointSlices
+/// in every namespace, so components/serving-discovery grants exactly those calls of
+/// metrics-adapter/src/source/serving cluster-wide, and no overlay without it grants
+/// EndpointSlices beyond the exporters' namespace. llm-serving's adapter carries the
+/// flags, and mounts the ConfigMap examples/composite-hpa ships at the file it reads.
+#[test]
+fn serving_discovery_is_granted_cluster_wide_only_with_its_component() {
+    let adapter_calls = rbac::calls_in(&workspace().join("metrics-adapter/src"));
+    let slices = |calls: &BTreeSet<rbac::Call>| -> BTreeSet<rbac::Call> {
+        calls
+            .iter()
+            .filter(|(_, g, r)| (g.as_str(), r.as_str()) == ("discovery.k8s.io", "endpointslices"))
+            .cloned()
+            .collect()
+    };
+    let serving_calls = slices(&rbac::calls_in(
+        &workspace().join("metrics-adapter/src/source/serving"),
+    ));
+    assert!(
+        serving_calls.contains(&rbac::call("watch", "discovery.k8s.io", "endpointslices")),
+        "{serving_calls:?}"
+    );
+    // Grants through ClusterRoleBindings only: those that reach every namespace.
+    let cluster_wide = |objs: &[Value]| {
+        let cluster: Vec<Value> = objs
+            .iter()
+            .filter(|o| kind(o) != "RoleBinding")
+            .cloned()
+            .collect();
+        let adapter = adapter_deploy(objs);
+        let who = (
+            namespace(adapter),
+            str_at(pod_spec(adapter), "/serviceAccountName"),
+        );
+        (slices(&granted(&cluster, who)), granted(objs, who))
+    };
+    for overlay in OVERLAYS {
+        let objs = build(&format!("overlays/{overlay}"));
+        let (wide, _) = cluster_wide(&objs);
+        assert!(wide.is_empty(), "{overlay}: {wide:?}");
+        let a = args(container(adapter_deploy(&objs), "adapter"));
+        assert_eq!(flag(&a, "--serving-service-selector"), None, "{overlay}");
+        assert_eq!(flag(&a, "--composite-metrics-file"), None, "{overlay}");
+    }
+    let objs = build("overlays/llm-serving");
+    let (wide, all_grants) = cluster_wide(&objs);
+    assert_eq!(wide, serving_calls, "cluster-wide EndpointSlice grants");
+    assert_eq!(
+        all_grants, adapter_calls,
+        "llm-serving: the adapter's grants"
+    );
+    let adapter = adapter_deploy(&objs);
+    let a = args(container(adapter, "adapter"));
+    assert_eq!(
+        flag(&a, "--serving-service-selector"),
+        Some("gpu-metrics.io/serving=true")
+    );
+    assert_eq!(flag(&a, "--serving-port-name"), Some("metrics"));
+    let file = flag(&a, "--composite-metrics-file").expect("--composite-metrics-file");
+    let mounts = arr(container(adapter, "adapter"), "/volumeMounts");
+    let mount = mounts
+        .iter()
+        .find(|m| file.starts_with(&format!("{}/", str_at(m, "/mountPath"))))
+        .unwrap_or_else(|| panic!("{file} is not under a mount: {mounts:?}"));
+    assert_eq!(mount["readOnly"], true);
+    let volume = arr(pod_spec(adapter), "/volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    let example = build("examples/composite-hpa");
+    let cm = all(&example, "ConfigMap")
+        .into_iter()
+        .find(|c| name(c) == str_at(volume, "/configMap/name"))
+        .expect("examples/composite-hpa ships the mounted ConfigMap");
+    assert_eq!(namespace(cm), namespace(adapter));
+    let key = Path::new(file)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("file name");
+    assert!(
+        cm["data"][key].is_string(),
+        "the ConfigMap has no key {key}"
+    );
+    // The engines' pods are reachable: an egress rule to the label in any namespace.
+    let policy = find(&objs, "NetworkPolicy", "gpu-metrics-adapter");
+    assert!(
+        arr(policy, "/spec/egress")
+            .iter()
+            .any(|r| r["to"][0]["namespaceSelector"] == serde_json::json!({})
+                && r["to"][0]["podSelector"]["matchLabels"]["gpu-metrics.io/serving"] == "true"),
+        "{policy}"
+    );
 }
 
 /// Pod Security (issue 20): the adapter's namespace enforces "restricted"; the

@@ -286,6 +286,17 @@ fn the_charts_render_what_kustomize_renders_for_every_choice() {
     let cases: Vec<(&str, PathBuf, Vec<&str>, Vec<&str>)> = vec![
         ("default", tree().join("overlays/default"), vec![], vec![]),
         (
+            "llm-serving",
+            tree().join("overlays/llm-serving"),
+            vec![],
+            vec![
+                "--set",
+                "servingDiscovery.enabled=true",
+                "--set",
+                "composites.configMap.name=gpu-metrics-adapter-composites",
+            ],
+        ),
+        (
             "keda",
             tree().join("overlays/keda"),
             vec![],
@@ -321,6 +332,80 @@ fn the_charts_render_what_kustomize_renders_for_every_choice() {
         let helmed = render(&exporter, &adapter);
         assert_same(case, &kustomized, &helmed);
     }
+}
+
+/// Issue 18's values: the flags land in the adapter's arguments, the composites file is
+/// mounted read-only where the flag points, and the cluster-wide EndpointSlice grant
+/// appears only with serving discovery on.
+#[test]
+fn serving_composite_and_signal_values_land_in_the_adapter() {
+    let serving_grant = |objs: &[Value]| {
+        objs.iter()
+            .filter(|o| kind(o) == "ClusterRole")
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .any(|rule| rule["resources"] == json!(["endpointslices"]))
+    };
+    let off = render(&[], &[]);
+    assert!(
+        !serving_grant(&off),
+        "off: no cluster-wide EndpointSlice grant"
+    );
+    let a = args(container(&off, "Deployment", "gpu-metrics-adapter"));
+    assert!(
+        !a.iter().any(|x| x.starts_with("--serving")
+            || x.starts_with("--composite")
+            || x.starts_with("--signal")),
+        "{a:?}"
+    );
+    let on = render(
+        &[],
+        &[
+            "--set",
+            "servingDiscovery.enabled=true,servingDiscovery.serviceSelector=team=llm,servingDiscovery.portName=http",
+            "--set",
+            "composites.configMap.name=my-composites,composites.configMap.key=c.conf",
+            "--set-string",
+            "composites.metrics[0]=hot=max(gpu_utilization/70\\,serving_requests_waiting/50)",
+            "--set-string",
+            "signals.sources[0]=inference/gateway_requests_waiting=promql:sum(q),signals.interval=1s",
+        ],
+    );
+    let binding = find(
+        &on,
+        "ClusterRoleBinding",
+        "gpu-metrics-adapter-serving-discovery",
+    );
+    assert_eq!(
+        binding["roleRef"]["name"],
+        "gpu-metrics-adapter-serving-discovery"
+    );
+    let role = find(&on, "ClusterRole", "gpu-metrics-adapter-serving-discovery");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}])
+    );
+    let c = container(&on, "Deployment", "gpu-metrics-adapter");
+    let a = args(c);
+    for want in [
+        "--serving-service-selector=team=llm",
+        "--serving-port-name=http",
+        "--composite-metrics-file=/etc/gpu-metrics-adapter/c.conf",
+        "--composite-metric=hot=max(gpu_utilization/70,serving_requests_waiting/50)",
+        "--signal=inference/gateway_requests_waiting=promql:sum(q)",
+        "--signal-interval=1s",
+    ] {
+        assert!(a.contains(&want), "{want} not in {a:?}");
+    }
+    assert!(c["volumeMounts"].as_array().expect("mounts").contains(
+        &json!({"name": "composites", "mountPath": "/etc/gpu-metrics-adapter", "readOnly": true})
+    ));
+    let d = find(&on, "Deployment", "gpu-metrics-adapter");
+    assert!(
+        d["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .contains(&json!({"name": "composites", "configMap": {"name": "my-composites"}}))
+    );
 }
 
 #[test]
