@@ -264,7 +264,15 @@ def native(tool, args, workdir):
         rss_idle = status_kib(running.pid, "VmRSS")
         # After some cycles, so the body is complete (a peer serves partial cycles).
         _, body = http_get(running.port)
-        loaded = load(running.port, args)
+        # Sequential keep-alive-free scrapes: the latency one Prometheus sees.
+        seq = []
+        for _ in range(args.sequential_scrapes):
+            t = time.monotonic()
+            http_get(running.port)
+            seq.append(1e3 * (time.monotonic() - t))
+        seq.sort()
+        # wrk is not everywhere (a GPU machine may have none): --load-s 0 skips it.
+        loaded = load(running.port, args) if args.load_s > 0 else None
         rss_loaded = status_kib(running.pid, "VmRSS")
         hwm = status_kib(running.pid, "VmHWM")
     finally:
@@ -275,6 +283,7 @@ def native(tool, args, workdir):
         "rss_idle_kib": rss_idle,
         "rss_after_load_kib": rss_loaded,
         "hwm_kib": hwm,
+        "sequential_scrape_ms": {"p50": seq[len(seq) // 2], "max": seq[-1]} if seq else None,
         "body_bytes": len(body.encode()),
         "series": series_count(body),
         "load": loaded,
@@ -415,6 +424,10 @@ def main():
     p.add_argument("--scrapes-peers", type=int, default=10)
     p.add_argument("--ready-timeout-s", type=float, default=600)
     p.add_argument("--only", default="ours,nvitop-exporter,all-smi")
+    p.add_argument("--sequential-scrapes", type=int, default=20)
+    # Which measurements: calls (needs the fake's call counts), native (idle CPU, RSS,
+    # latency), callgrind (needs valgrind). Against a real driver only `native` applies.
+    p.add_argument("--parts", default="calls,native,callgrind")
     args = p.parse_args()
     # The tools run in a scratch directory: their paths must not be relative.
     args.ours, args.nvitop_exporter, args.all_smi = (
@@ -441,14 +454,19 @@ def main():
             for tool in tools:
                 if tool.name not in wanted:
                     continue
-                log(f"{tool.name}: NVML calls per cycle")
-                calls = calls_per_cycle(tool, args, workdir)
+                parts = args.parts.split(",")
+                results[tool.name] = {}
+                if "calls" in parts:
+                    log(f"{tool.name}: NVML calls per cycle")
+                    results[tool.name]["calls"] = calls_per_cycle(tool, args, workdir)
                 log(f"{tool.name}: idle CPU, RSS, load")
                 nat = native(tool, args, workdir)
-                log(f"{tool.name}: callgrind instructions per scrape")
-                k = args.scrapes_ours if tool.name == "ours" else args.scrapes_peers
-                cg = per_scrape_instructions(tool, args, workdir, k, nat["series"])
-                results[tool.name] = {"calls": calls, "native": nat, "callgrind": cg}
+                results[tool.name]["native"] = nat
+                if "callgrind" in parts:
+                    log(f"{tool.name}: callgrind instructions per scrape")
+                    k = args.scrapes_ours if tool.name == "ours" else args.scrapes_peers
+                    results[tool.name]["callgrind"] = per_scrape_instructions(
+                        tool, args, workdir, k, nat["series"])
     finally:
         # What was measured before a failure is kept.
         json.dump(results, sys.stdout, indent=1)

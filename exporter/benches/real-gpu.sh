@@ -1,49 +1,71 @@
 #!/usr/bin/env bash
 # On a machine with a real NVIDIA GPU and driver: capture the exporter's /metrics against
-# real NVML as a scrubbed golden fixture, and time real sampling cycles.
+# real NVML as golden fixtures, each bracketed by an independent reading (pynvml), sweep
+# pynvml's getter surface for the fake library's fidelity, time real sampling cycles, and
+# measure the peers on the same driver.
 #
 #   bash exporter/benches/real-gpu.sh [OUTDIR]     (default: $OUT if set, else ./real-gpu-out)
 #
-# Writes OUTDIR/real-gpu.prom (default counters), OUTDIR/real-gpu-all-fields.prom (every
-# field, processes), OUTDIR/nvml-cycle.txt (criterion, real driver) and OUTDIR/machine.txt.
-# Identifiers are scrubbed: GPU and MIG UUIDs become stable placeholders (in order of
-# appearance), serials and the hostname are replaced. Talks to 127.0.0.1 only.
+# The device tool's machines have no cargo: set GPU_EXPORTER_BIN (a release build,
+# `--no-default-features`, as the image ships it) and NVML_BENCH_BIN (`cargo bench
+# --no-run -p gpu-exporter --bench nvml_cycle`) to binaries built elsewhere; without them
+# both are built here. PEERS="NVITOP_EXPORTER ALL_SMI" (paths) adds the peer comparison.
+#
+# Writes into OUTDIR:
+#   real-gpu.prom                default counters, idle GPU
+#   real-gpu-all-fields.prom     every field, processes, a GPU load running
+#   *.pynvml-before/after.json   tests/fidelity/read_nvml.py just before and after each
+#   sweep.json                   tests/fidelity/sweep.py (every pynvml getter's outcome)
+#   nvidia-smi-q.xml, machine.txt, peers.json
+#   nvml-cycle-under-load.txt, nvml-cycle-idle.txt   criterion, with and without the load
+# Identifiers are scrubbed the same way in every file: GPU and MIG UUIDs become
+# placeholders numbered in `nvidia-smi -L` order, serials and the hostname are replaced.
+# Talks to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+root=$PWD
 out=${1:-${OUT:-real-gpu-out}}
 mkdir -p "$out"
+raw=$(mktemp -d)
 
 lib=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 / { print $NF; exit }')
 lib=${NVML_LIB:-$lib}
 [[ -n $lib && -e $lib ]] || { echo "no libnvidia-ml.so.1 found; set NVML_LIB" >&2; exit 1; }
 
-cargo build --release -p gpu-exporter
-bin=target/release/gpu-exporter
+if [[ -z ${GPU_EXPORTER_BIN:-} ]]; then
+    cargo build --release --locked -p gpu-exporter --no-default-features
+    GPU_EXPORTER_BIN=target/release/gpu-exporter
+fi
+bin=$GPU_EXPORTER_BIN
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-scrub() {
-    # Spelled out: Debian's default awk (mawk) has no {n} intervals.
-    local h='[0-9a-fA-F]' h4
-    h4="$h$h$h$h"
-    awk -v re="(GPU|MIG)-$h4$h4-$h4-$h4-$h4-$h4$h4$h4" '{
-        # Scan forward: the placeholders are UUID-shaped themselves.
-        rest = $0; line = ""
-        while (match(rest, re)) {
-            u = substr(rest, RSTART, RLENGTH)
-            if (!(u in seen)) { n[substr(u, 1, 3)]++; seen[u] = sprintf("%s-00000000-0000-0000-0000-%012d", substr(u, 1, 3), n[substr(u, 1, 3)]) }
-            line = line substr(rest, 1, RSTART - 1) seen[u]
-            rest = substr(rest, RSTART + RLENGTH)
-        }
-        $0 = line rest
-        gsub(/DCGM_FI_DEV_SERIAL="[^"]*"/, "DCGM_FI_DEV_SERIAL=\"0000000000000\"")
-        gsub(/Hostname="[^"]*"/, "Hostname=\"gpu-node\"")
-        print
-    }'
+# One sed script for every file, so a placeholder names the same device everywhere.
+scrub_script=$raw/scrub.sed
+nvidia-smi -L | grep -oE '(GPU|MIG)-[0-9a-fA-F-]{36}' | awk '
+    { kind = substr($0, 1, 3); n[kind]++
+      printf "s/%s/%s-00000000-0000-0000-0000-%012d/g\n", $0, kind, n[kind] }' >"$scrub_script"
+{
+    echo 's/DCGM_FI_DEV_SERIAL="[^"]*"/DCGM_FI_DEV_SERIAL="0000000000000"/g'
+    echo 's/Hostname="[^"]*"/Hostname="gpu-node"/g'
+    echo 's#<serial>[^<]*</serial>#<serial>0000000000000</serial>#g'
+    echo "s/$(hostname)/gpu-node/g"
+} >>"$scrub_script"
+scrub() { sed -f "$scrub_script"; }
+# GET URL to stdout; curl where there is one, else Python's standard library.
+get() {
+    if command -v curl >/dev/null; then
+        curl -sf "$1"
+    else
+        python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "$1"
+    fi
 }
 
-# capture NAME ARGS...: run the exporter, wait for 3 samples, save a scrubbed scrape.
+read_nvml() { python3 tests/fidelity/read_nvml.py | scrub >"$out/$1.json"; }
+
+# capture NAME ARGS...: run the exporter, wait for 3 samples, save a scrubbed scrape
+# between two independent readings.
 capture() {
     local name=$1 log
     shift
@@ -58,26 +80,64 @@ capture() {
     done
     [[ -n $addr ]] || { cat "$log" >&2; echo "exporter did not start" >&2; exit 1; }
     for _ in $(seq 60); do
-        n=$(curl -sf "http://$addr/metrics" | awk '/^gpu_exporter_samples_total / { print $2 }')
+        n=$(get "http://$addr/metrics" | awk '/^gpu_exporter_samples_total / { print $2 }' || true)
         [[ ${n:-0} -ge 3 ]] && break
         sleep 0.5
     done
-    curl -sf "http://$addr/metrics" | scrub >"$out/$name.prom"
-    cp "$log" "$out/$name.log"
+    read_nvml "$name.pynvml-before"
+    get "http://$addr/metrics" | scrub >"$out/$name.prom"
+    read_nvml "$name.pynvml-after"
+    scrub <"$log" >"$out/$name.log"
     kill "${pids[-1]}"
-    echo "$name: $(grep -vc '^#' "$out/$name.prom") series, sample duration $(awk '/^gpu_exporter_sample_duration_seconds / { print $2 }' "$out/$name.prom") s"
+    echo "$name: $(grep -vc '^#' "$out/$name.prom") series"
 }
 
 {
     echo "date: $(date -u +%FT%TZ)"
-    echo "commit: $(git rev-parse --short HEAD)"
-    echo "library: $lib"
-    nvidia-smi --query-gpu=index,name,driver_version,mig.mode.current --format=csv 2>/dev/null || echo "nvidia-smi: not available"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo "${COMMIT:-unknown}")"
+    echo "library: $lib ($(readlink -f "$lib"))"
+    nvidia-smi --query-gpu=index,name,driver_version,vbios_version,mig.mode.current,pstate,power.limit --format=csv
     echo "cpu: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) cores"
-} >"$out/machine.txt"
+    echo "kernel: $(uname -r)"
+    echo "python: $(python3 --version), nvidia-ml-py $(python3 -c 'from importlib.metadata import version; print(version("nvidia-ml-py"))')"
+} | scrub >"$out/machine.txt"
+nvidia-smi -q -x | scrub >"$out/nvidia-smi-q.xml"
 
 capture real-gpu
+# A load on the GPU for the second capture: processes, memory in use, SM activity.
+load_s=${LOAD_S:-120}
+python3 - "$load_s" <<'PY' &
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for _ in range(20):
+        a = (a @ a).clamp_(-1, 1)
+    torch.cuda.synchronize()
+PY
+load_pid=$!
+pids+=("$load_pid")
+sleep 5 # the load's CUDA context comes up (a process and its memory are then visible)
 capture real-gpu-all-fields -f tests/fixtures/all-fields.csv --process-metrics
-NVML_BENCH_LIB=$lib cargo bench -p gpu-exporter --bench nvml_cycle 2>&1 |
-    grep -E '^(real-gpu-cycle|default-counters|all-fields)|time:' >"$out/nvml-cycle.txt" || true
-cat "$out/machine.txt" "$out/nvml-cycle.txt"
+
+# bench NAME: criterion's real-driver cycles (default counters; all fields + processes).
+bench() {
+    if [[ -z ${NVML_BENCH_BIN:-} ]]; then
+        NVML_BENCH_LIB=$lib cargo bench -p gpu-exporter --bench nvml_cycle 2>&1 | tee "$raw/$1.txt"
+    else
+        NVML_BENCH_LIB=$lib "$NVML_BENCH_BIN" --bench --warm-up-time 2 --measurement-time 8 2>&1 | tee "$raw/$1.txt"
+    fi
+    grep -E '^(real-gpu-cycle|default-counters|all-fields)|time:' "$raw/$1.txt" >"$out/$1.txt" || true
+}
+bench nvml-cycle-under-load || echo "bench failed: $?"
+kill "$load_pid" 2>/dev/null || true
+wait "$load_pid" 2>/dev/null || true
+bench nvml-cycle-idle || echo "bench failed: $?"
+timeout 300 python3 tests/fidelity/sweep.py | scrub >"$out/sweep.json" || echo "sweep.py failed: $?"
+
+if [[ -n ${PEERS:-} ]]; then
+    read -r nvitop all_smi <<<"$PEERS"
+    python3 exporter/benches/peers.py --ours "$bin" --nvitop-exporter "$nvitop" --all-smi "$all_smi" \
+        --parts native --load-s 0 --idle-s "${IDLE_S:-20}" >"$out/peers.json" || echo "peers.py failed: $?"
+fi
+cat "$out/machine.txt" "$out"/nvml-cycle-*.txt
