@@ -17,6 +17,7 @@
 #   *.pynvml-before/after.json   tests/fidelity/read_nvml.py just before and after each
 #   sweep.json                   tests/fidelity/sweep.py (every pynvml getter's outcome)
 #   nvidia-smi-q.xml, machine.txt, peers.json
+#   nvml-latency.json, .txt      exporter/benches/nvml-latency.py (each NVML call timed)
 #   nvml-cycle-under-load.txt, nvml-cycle-idle.txt   criterion, with and without the load
 # Identifiers are scrubbed the same way in every file: GPU and MIG UUIDs become
 # placeholders numbered in `nvidia-smi -L` order, serials and the hostname are replaced.
@@ -50,7 +51,6 @@ nvidia-smi -L | grep -oE '(GPU|MIG)-[0-9a-fA-F-]{36}' | awk '
     echo 's/DCGM_FI_DEV_SERIAL="[^"]*"/DCGM_FI_DEV_SERIAL="0000000000000"/g'
     echo 's/Hostname="[^"]*"/Hostname="gpu-node"/g'
     echo 's#<serial>[^<]*</serial>#<serial>0000000000000</serial>#g'
-    echo "s/$(hostname)/gpu-node/g"
 } >>"$scrub_script"
 scrub() { sed -f "$scrub_script"; }
 # GET URL to stdout; curl where there is one, else Python's standard library.
@@ -134,6 +134,9 @@ kill "$load_pid" 2>/dev/null || true
 wait "$load_pid" 2>/dev/null || true
 bench nvml-cycle-idle || echo "bench failed: $?"
 timeout 300 python3 tests/fidelity/sweep.py | scrub >"$out/sweep.json" || echo "sweep.py failed: $?"
+# Where a cycle's time goes: each NVML call timed alone, idle GPU.
+timeout 300 python3 exporter/benches/nvml-latency.py >"$out/nvml-latency.json" 2>"$out/nvml-latency.txt" ||
+    echo "nvml-latency.py failed: $?"
 
 if [[ -n ${PEERS:-} ]]; then
     read -r nvitop all_smi <<<"$PEERS"
