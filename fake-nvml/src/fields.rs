@@ -16,6 +16,7 @@ pub const ALL_LINKS: u32 = u32::MAX;
 enum Value {
     U32(u32),
     U64(u64),
+    I32(i32),
 }
 
 fn nvlink(d: &Dev) -> Result<(), nvmlReturn_t> {
@@ -43,7 +44,7 @@ fn driver_major(d: &Dev) -> u32 {
 
 /// The value of one field, or the per-field return code.
 fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlReturn_t> {
-    use Value::{U32, U64};
+    use Value::{I32, U32, U64};
     let need = |c: Capability| d.require(c);
     Ok(match id {
         NVML_FI_DEV_ECC_SBE_VOL_TOTAL => {
@@ -147,16 +148,24 @@ fn field(d: &Dev, r: &GpuReading, id: u32, scope: u32) -> Result<Value, nvmlRetu
         NVML_FI_DEV_POWER_INSTANT | NVML_FI_DEV_POWER_AVERAGE => {
             need(Capability::Power).map(|_| U32(r.power_mw))?
         }
-        NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT => {
-            need(Capability::Temperature).map(|_| U32(d.gpu.model.board.shutdown_temp_c))?
+        // In T.Limit terms, as a real driver answers them: signed degrees between the
+        // GPU's T.Limit (its maximum operating temperature) and the threshold. A real
+        // H100 80GB HBM3 (driver 580.159.04) answers -8, -2, 0 and 0
+        // (tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04/nvidia-smi-q.xml), not the
+        // °C of `nvmlDeviceGetTemperatureThreshold`.
+        NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT
+        | NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT
+        | NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT
+        | NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT => {
+            need(Capability::Temperature)?;
+            let b = &d.gpu.model.board;
+            let tlimit = b.gpu_max_operating_temp_c as i32;
+            I32(match id {
+                NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT => tlimit - b.shutdown_temp_c as i32,
+                NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT => tlimit - b.slowdown_temp_c as i32,
+                _ => 0,
+            })
         }
-        NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT => {
-            need(Capability::Temperature).map(|_| U32(d.gpu.model.board.slowdown_temp_c))?
-        }
-        NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT => need(Capability::Temperature)
-            .map(|_| U32(d.gpu.model.board.memory_max_operating_temp_c))?,
-        NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT => need(Capability::Temperature)
-            .map(|_| U32(d.gpu.model.board.gpu_max_operating_temp_c))?,
         _ => return Err(NOT_SUPPORTED),
     })
 }
@@ -187,6 +196,12 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                     f.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
                     f.value = nvmlValue_t { ullVal: 0 };
                     f.value.uiVal = v;
+                    f.nvmlReturn = nvmlReturn_enum_NVML_SUCCESS;
+                }
+                Ok(Value::I32(v)) => {
+                    f.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT;
+                    f.value = nvmlValue_t { ullVal: 0 };
+                    f.value.siVal = v;
                     f.nvmlReturn = nvmlReturn_enum_NVML_SUCCESS;
                 }
                 Ok(Value::U64(v)) => {

@@ -235,7 +235,9 @@ pub const MODELS: &[ModelProfile] = &[
             pcie_width: 16,
             nvlink_version: 6,
             nvswitches: 4,
-            shutdown_temp_c: 92,
+            // As a real H100 80GB HBM3 answers (driver 580.159.04, see
+            // tests/fixtures/real-gpu/).
+            shutdown_temp_c: 95,
             slowdown_temp_c: 89,
             gpu_max_operating_temp_c: 87,
             memory_max_operating_temp_c: 95,

@@ -199,6 +199,8 @@ def read_gpu(index):
         "sm_clock": read(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
         "mem_clock": read(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
         "pcie_replay": read(pynvml.nvmlDeviceGetPcieReplayCounter, handle),
+        "pcie_tx_kb_s": read(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+        "pcie_rx_kb_s": read(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES),
         "ecc": ecc_totals(handle),
         "remapped_rows": remapped,
         "ecc_mode": mapped(

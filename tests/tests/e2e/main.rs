@@ -39,6 +39,7 @@ mod promtool;
 mod protobuf;
 mod rbac;
 mod readiness;
+mod real_gpu;
 mod reenumeration;
 mod serving;
 mod soak;

@@ -120,6 +120,8 @@ struct Shape {
     /// GPUs whose model offers MIG, and those in MIG mode.
     mig_capable: u64,
     mig_enabled: u64,
+    /// GPUs without GPM (before Hopper).
+    without_gpm: u64,
 }
 
 fn big_node() -> Shape {
@@ -133,6 +135,7 @@ fn big_node() -> Shape {
         nvlinks: count(&|g| u64::from(g.model.nvlink_links)),
         mig_capable: count(&|g| u64::from(!g.model.mig_profiles.is_empty())),
         mig_enabled: count(&|g| u64::from(!g.mig.is_empty())),
+        without_gpm: count(&|g| u64::from(!g.model.gpm)),
     }
 }
 
@@ -159,6 +162,7 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         nvlinks: links,
         mig_capable,
         mig_enabled,
+        without_gpm,
     } = *shape;
     let mut b: Vec<(&str, u64)> = vec![
         // Every entity: framebuffer, GPM metrics from its two kept samples.
@@ -188,9 +192,11 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         b.extend([
             ("nvmlDeviceGetCurrentClocksThrottleReasons", gpus),
             ("nvmlDeviceGetEnforcedPowerLimit", gpus),
-            ("nvmlDeviceGetPcieThroughput", 2 * gpus),
-            // P-state and fabric registration; the temperature thresholds ride in the
-            // field-values call and the fanless boards' fan speed is asked once.
+            // PCIe throughput from GPM where there is GPM: the 20 ms getter only
+            // on older GPUs.
+            ("nvmlDeviceGetPcieThroughput", 2 * without_gpm),
+            // P-state and fabric registration; the temperature thresholds are read
+            // once per discovery and the fanless boards' fan speed is asked once.
             ("nvmlDeviceGetPerformanceState", gpus),
             ("nvmlDeviceGetGpuFabricInfoV", gpus),
             // Per-link fields: one scoped field-values call per GPU for every link's

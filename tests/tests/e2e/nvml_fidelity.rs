@@ -32,7 +32,7 @@ const KNOWN_GAPS: &[&str] = &[];
 
 /// How a pynvml reading becomes the exporter's number.
 #[derive(Clone, Copy, Debug)]
-enum Conv {
+pub(crate) enum Conv {
     /// Same unit.
     Same,
     /// Milli-units to units (power mW → W).
@@ -42,7 +42,7 @@ enum Conv {
 }
 
 /// GPU-level fields: (metric, path into pynvml's per-GPU JSON, conversion).
-const GPU_FIELDS: &[(&str, &str, Conv)] = &[
+pub(crate) const GPU_FIELDS: &[(&str, &str, Conv)] = &[
     ("DCGM_FI_DEV_POWER_USAGE", "power_mw", Conv::Milli),
     (
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -117,6 +117,9 @@ const GPU_FIELDS: &[(&str, &str, Conv)] = &[
     ("DCGM_FI_DEV_GPU_MAX_OP_TEMP", "gpu_max_op_temp", Conv::Same),
     ("DCGM_FI_DEV_MEM_MAX_OP_TEMP", "mem_max_op_temp", Conv::Same),
     ("DCGM_FI_DEV_PSTATE", "pstate", Conv::Same),
+    // Through GPM on Hopper, through the 20 ms getter before it: the same KB/s.
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "pcie_tx_kb_s", Conv::Same),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "pcie_rx_kb_s", Conv::Same),
     ("DCGM_FI_DEV_FAN_SPEED", "fan_speed", Conv::Same),
     (
         "DCGM_FI_DEV_FABRIC_CLIQUE_ID",
@@ -222,21 +225,21 @@ fn read_with_pynvml(lib_dir: &Path) -> Value {
 // The exposition text, parsed line by line.
 
 #[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-    line: String,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
+    pub(crate) line: String,
 }
 
 impl Sample {
-    fn label(&self, k: &str) -> Option<&str> {
+    pub(crate) fn label(&self, k: &str) -> Option<&str> {
         self.labels.get(k).map(String::as_str)
     }
 }
 
 /// Parse `name{k="v",…} value [timestamp]` lines (label values may hold `\"`, `\\`, `\n`).
-fn parse_exposition(body: &str) -> Vec<Sample> {
+pub(crate) fn parse_exposition(body: &str) -> Vec<Sample> {
     body.lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| parse_line(l).unwrap_or_else(|| panic!("unparsable sample line: {l}")))
@@ -284,7 +287,7 @@ fn parse_line(line: &str) -> Option<Sample> {
 }
 
 /// Samples of `name` for whole GPU `gpu` (no `GPU_I_ID`).
-fn gpu_series<'a>(samples: &'a [Sample], name: &str, gpu: u64) -> Vec<&'a Sample> {
+pub(crate) fn gpu_series<'a>(samples: &'a [Sample], name: &str, gpu: u64) -> Vec<&'a Sample> {
     let gpu = gpu.to_string();
     samples
         .iter()
@@ -308,7 +311,7 @@ fn mig_series<'a>(samples: &'a [Sample], name: &str, gpu: u64, gi: u64) -> Vec<&
 
 /// One pynvml reading: a number, NOT_SUPPORTED (`null`), or another NVML error.
 #[derive(Debug)]
-enum Reading {
+pub(crate) enum Reading {
     Value(Value),
     NotSupported,
     Error(String),
@@ -324,7 +327,7 @@ fn error_of(v: &Value) -> Option<String> {
 }
 
 /// Walk `path` (`a/b`) in pynvml's JSON; a null or error on the way is the reading.
-fn reading(v: &Value, path: &str) -> Reading {
+pub(crate) fn reading(v: &Value, path: &str) -> Reading {
     let mut cur = v;
     for seg in path.split('/') {
         if cur.is_null() {
@@ -347,7 +350,7 @@ fn reading(v: &Value, path: &str) -> Reading {
     }
 }
 
-fn convert(raw: &Value, conv: Conv) -> Option<f64> {
+pub(crate) fn convert(raw: &Value, conv: Conv) -> Option<f64> {
     let n = raw.as_u64().map(|u| u as f64).or_else(|| raw.as_f64())?;
     Some(match conv {
         Conv::Same => n,
@@ -375,14 +378,14 @@ fn text(v: &Value, path: &str) -> Result<String, String> {
 // The comparison.
 
 #[derive(Default)]
-struct Findings {
-    failures: Vec<String>,
+pub(crate) struct Findings {
+    pub(crate) failures: Vec<String>,
     gaps: BTreeMap<&'static str, Vec<String>>,
     gaps_served: BTreeSet<&'static str>,
 }
 
 impl Findings {
-    fn fail(&mut self, msg: String) {
+    pub(crate) fn fail(&mut self, msg: String) {
         self.failures.push(msg);
     }
 
@@ -472,7 +475,12 @@ fn pynvml_processes(v: &Value) -> Result<BTreeMap<String, Value>, String> {
 }
 
 /// Per-process memory of one entity: the exporter's `pid` series against pynvml's list.
-fn compare_processes(f: &mut Findings, entity: &str, series: &[&Sample], pynvml: &Value) {
+pub(crate) fn compare_processes(
+    f: &mut Findings,
+    entity: &str,
+    series: &[&Sample],
+    pynvml: &Value,
+) {
     if !series.is_empty() {
         f.served(PROCESS_MEMORY);
     }
@@ -515,7 +523,13 @@ fn compare_processes(f: &mut Findings, entity: &str, series: &[&Sample], pynvml:
 }
 
 /// Identity labels on every series of GPU `gpu` against pynvml's readings.
-fn compare_labels(f: &mut Findings, samples: &[Sample], gpu: u64, py: &Value, driver: &str) {
+pub(crate) fn compare_labels(
+    f: &mut Findings,
+    samples: &[Sample],
+    gpu: u64,
+    py: &Value,
+    driver: &str,
+) {
     let expect = [
         ("UUID", text(py, "uuid")),
         ("pci_bus_id", text(py, "pci_bus_id")),

@@ -25,7 +25,9 @@ use crate::catalog::{LabelField, Quantity};
 use events::XidWatcher;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::device::Device;
-use nvml_wrapper::enum_wrappers::device::{Clock, InfoRom, PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, InfoRom, PcieUtilCounter, TemperatureSensor, TemperatureThreshold,
+};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
@@ -89,12 +91,9 @@ mod field {
             EccModePending => &[(NVML_FI_DEV_ECC_PENDING, 0)],
             RemapPending => &[(NVML_FI_DEV_REMAPPED_PENDING, 0)],
             RecoveryAction => &[(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0)],
-            // The temperature thresholds of `nvmlDeviceGetTemperatureThreshold`, in
-            // the same call as the counters rather than four getter calls a cycle.
-            ShutdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SHUTDOWN_TLIMIT, 0)],
-            SlowdownTemp => &[(NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT, 0)],
-            MemMaxOpTemp => &[(NVML_FI_DEV_TEMPERATURE_MEM_MAX_TLIMIT, 0)],
-            GpuMaxOpTemp => &[(NVML_FI_DEV_TEMPERATURE_GPU_MAX_TLIMIT, 0)],
+            // Not the temperature thresholds: fields 193–196 answer them relative to
+            // the GPU's T.Limit (signed, -8 and -2 °C on a real H100, driver 580),
+            // not in °C as DCGM serves them; see `threshold`.
             _ => &[],
         }
     }
@@ -288,6 +287,9 @@ pub struct NvmlSource {
     /// (GPU entity, GPU-instance ID) → MIG entity, for events.
     event_migs: HashMap<(usize, u32), usize>,
     xids: Option<XidWatcher>,
+    /// Temperature thresholds by (entity, quantity), read once per discovery: board
+    /// constants, and 141 µs a call on a real H100.
+    thresholds: HashMap<(usize, Quantity), Result<u32, ReadError>>,
 }
 
 impl NvmlSource {
@@ -307,6 +309,7 @@ impl NvmlSource {
             event_devices: HashMap::new(),
             event_migs: HashMap::new(),
             xids: None,
+            thresholds: HashMap::new(),
         }
     }
 
@@ -802,6 +805,7 @@ impl GpuSource for NvmlSource {
         self.slots = slots;
         self.gpm = (0..n).map(|_| Gpm::Unknown).collect();
         self.process_reads = (0..n).map(|_| ProcessReads::default()).collect();
+        self.thresholds.clear();
         self.xids = Some(XidWatcher::start(nvml, event_handles));
         Ok(Inventory {
             driver_version,
@@ -1066,8 +1070,57 @@ impl NvmlSource {
                 SmClock => u(dev.clock_info(Clock::SM)),
                 MemClock => u(dev.clock_info(Clock::Memory)),
                 PcieReplayCounter => u(dev.pcie_replay_counter()),
-                PcieTxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Send)),
-                PcieRxThroughput => u(dev.pcie_throughput(PcieUtilCounter::Receive)),
+                PcieTxThroughput | PcieRxThroughput => {
+                    // `nvmlDeviceGetPcieThroughput` samples the link for 20 ms per call
+                    // (20.9 ms each on a real H100: 42 of a 50 ms cycle). Where the GPU
+                    // has GPM, its PCIe rate over the whole interval answers the same
+                    // quantity from the sample the cycle takes anyway (MiB/s → KB/s).
+                    let i = gpm_index(if q == PcieTxThroughput {
+                        GpmPcieTx
+                    } else {
+                        GpmPcieRx
+                    });
+                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity));
+                    let from_gpm = match (g, i) {
+                        (Ok(v), Some(i)) => {
+                            v.get(i).cloned().unwrap_or(Err(ReadError::NotSupported))
+                        }
+                        (Err(e), _) => Err(e.clone()),
+                        (Ok(_), None) => Err(ReadError::NotSupported),
+                    };
+                    match from_gpm {
+                        // KB of 1000 bytes, as gpu-sim models the getter's unit.
+                        Ok(mib_s) => Ok(Raw::U64((mib_s * 1_048.576).round() as u64)),
+                        Err(ReadError::NotSupported) => {
+                            u(dev.pcie_throughput(if q == PcieTxThroughput {
+                                PcieUtilCounter::Send
+                            } else {
+                                PcieUtilCounter::Receive
+                            }))
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                ShutdownTemp | SlowdownTemp | MemMaxOpTemp | GpuMaxOpTemp => {
+                    let t = match q {
+                        ShutdownTemp => TemperatureThreshold::Shutdown,
+                        SlowdownTemp => TemperatureThreshold::Slowdown,
+                        MemMaxOpTemp => TemperatureThreshold::MemoryMax,
+                        _ => TemperatureThreshold::GpuMax,
+                    };
+                    let r = match self.thresholds.get(&(entity, q)) {
+                        Some(r) => r.clone(),
+                        None => {
+                            let r = dev.temperature_threshold(t).map_err(map_err);
+                            // A transient failure is asked again next cycle.
+                            if matches!(r, Ok(_) | Err(ReadError::NotSupported)) {
+                                self.thresholds.insert((entity, q), r.clone());
+                            }
+                            r
+                        }
+                    };
+                    r.map(|v| Raw::U64(v.into()))
+                }
                 ClockEventReasons => u64r(dev.current_throttle_reasons().map(|r| r.bits())),
                 Pstate => u(dev.performance_state().map(|p| p.as_c())),
                 // SAFETY: `dev` is a live handle of this NVML instance.
