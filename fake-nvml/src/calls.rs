@@ -31,6 +31,11 @@ impl Counter {
 
     /// Count one call: a single relaxed load when counting is off.
     pub(crate) fn hit(&'static self) {
+        self.hit_n(1);
+    }
+
+    /// Count `n` units (items a call asked for, under a name of its own).
+    pub(crate) fn hit_n(&'static self, n: u64) {
         if !enabled() {
             return;
         }
@@ -40,7 +45,7 @@ impl Counter {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(self);
         });
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.calls.fetch_add(n, Ordering::Relaxed);
         CHANGED.store(true, Ordering::Release);
     }
 }
@@ -53,6 +58,16 @@ macro_rules! count {
     }};
 }
 pub(crate) use count;
+
+/// Count `$n` items under `$name`, a pseudo-function named after the call that asked
+/// for them (`nvmlGpmMetricsGet.metrics`): what a call costs can grow with its items.
+macro_rules! count_items {
+    ($name:literal, $n:expr) => {{
+        static COUNTER: $crate::calls::Counter = $crate::calls::Counter::new($name);
+        COUNTER.hit_n($n);
+    }};
+}
+pub(crate) use count_items;
 
 static REGISTRY: Mutex<Vec<&'static Counter>> = Mutex::new(Vec::new());
 static CHANGED: AtomicBool = AtomicBool::new(false);

@@ -168,6 +168,12 @@ fn budget(shape: &Shape, plan: Plan) -> Counts {
         // Every entity: framebuffer, GPM metrics from its two kept samples.
         ("nvmlDeviceGetMemoryInfo_v2", gpus + migs),
         ("nvmlGpmMetricsGet", gpus + migs),
+        // Only the metrics the plan serves: dcgm-exporter's defaults have five
+        // (graphics, tensor, DRAM, PCIe TX and RX), every field ten.
+        (
+            "nvmlGpmMetricsGet.metrics",
+            (gpus + migs) * if plan.all_fields { 10 } else { 5 },
+        ),
         ("nvmlGpmSampleGet", gpus),
         ("nvmlGpmMigSampleGet", migs),
         // Every GPU: one field-values call, SM and memory clocks, one getter per

@@ -397,7 +397,15 @@ impl NvmlSource {
     }
 
     /// GPM readings of one entity over the interval since its previous sample.
-    fn gpm_read(&mut self, entity: usize) -> Result<Vec<Result<f64, ReadError>>, ReadError> {
+    /// The GPM metrics of `entity` over the last interval, one per [`GPM_METRICS`] entry:
+    /// computed only where `wanted` (indexed like it) is set, `NotSupported` elsewhere.
+    /// `nvmlGpmMetricsGet` costs about 250 µs per metric on a real H100 (BENCHMARKS.md),
+    /// so the plan's five of dcgm-exporter's defaults are not ten.
+    fn gpm_read(
+        &mut self,
+        entity: usize,
+        wanted: &[bool; GPM_METRICS.len()],
+    ) -> Result<Vec<Result<f64, ReadError>>, ReadError> {
         let nvml = self.nvml()?;
         let slot = self.slot(entity)?;
         let parent = slot.parent.ok_or(ReadError::GpuLost)?;
@@ -437,12 +445,22 @@ impl NvmlSource {
             return Err(e);
         }
         let results = if *primed {
-            nvml_wrapper::gpm::gpm_metrics_get(nvml, previous, current, &GPM_METRICS)
+            let ids: Vec<GpmMetricId> = GPM_METRICS
+                .iter()
+                .zip(wanted)
+                .filter(|(_, w)| **w)
+                .map(|(m, _)| *m)
+                .collect();
+            nvml_wrapper::gpm::gpm_metrics_get(nvml, previous, current, &ids)
                 .map_err(map_err)
                 .map(|results| {
-                    results
-                        .into_iter()
-                        .map(|r| r.map(|m| m.value).map_err(map_err))
+                    let mut got = results.into_iter();
+                    wanted
+                        .iter()
+                        .map(|w| match (w, w.then(|| got.next()).flatten()) {
+                            (true, Some(r)) => r.map(|m| m.value).map_err(map_err),
+                            _ => Err(ReadError::NotSupported),
+                        })
                         .collect()
                 })
         } else {
@@ -1037,6 +1055,17 @@ impl NvmlSource {
         let mut mem = None;
         let mut fields = self.field_values(dev, quantities).into_iter();
         let mut gpm: Option<Result<Vec<Result<f64, ReadError>>, ReadError>> = None;
+        let mut gpm_wanted = [false; GPM_METRICS.len()];
+        for &q in quantities {
+            let q = match q {
+                Quantity::PcieTxThroughput => Quantity::GpmPcieTx,
+                Quantity::PcieRxThroughput => Quantity::GpmPcieRx,
+                q => q,
+            };
+            if let Some(i) = gpm_index(q) {
+                gpm_wanted[i] = true;
+            }
+        }
         let mut fabric = None;
         let u = |r: Result<u32, NvmlError>| r.map(|v| Raw::U64(v.into())).map_err(map_err);
         let u64r = |r: Result<u64, NvmlError>| r.map(Raw::U64).map_err(map_err);
@@ -1080,7 +1109,7 @@ impl NvmlSource {
                     } else {
                         GpmPcieRx
                     });
-                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity));
+                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity, &gpm_wanted));
                     let from_gpm = match (g, i) {
                         (Ok(v), Some(i)) => {
                             v.get(i).cloned().unwrap_or(Err(ReadError::NotSupported))
@@ -1168,7 +1197,7 @@ impl NvmlSource {
                 _ => {
                     // GPM: `gpm_index` covers every remaining quantity.
                     let i = gpm_index(q).unwrap_or(0);
-                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity));
+                    let g = gpm.get_or_insert_with(|| self.gpm_read(entity, &gpm_wanted));
                     match g {
                         Ok(v) => v
                             .get(i)
