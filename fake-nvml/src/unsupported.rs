@@ -197,54 +197,6 @@ pub unsafe extern "C" fn nvmlDeviceGetCoolerInfo(
     device_unsupported(device)
 }
 
-/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
-    device: nvmlDevice_t,
-    _cpuSetSize: c_uint,
-    _cpuSet: *mut c_ulong,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetCpuAffinity");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCpuAffinityWithinScope(
-    device: nvmlDevice_t,
-    _cpuSetSize: c_uint,
-    _cpuSet: *mut c_ulong,
-    _scope: nvmlAffinityScope_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetCpuAffinityWithinScope");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no the clock-frequency string): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCurrentClockFreqs(
-    device: nvmlDevice_t,
-    _currentClockFreqs: *mut nvmlDeviceCurrentClockFreqs_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetCurrentClockFreqs");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetDetailedEccErrors(
-    device: nvmlDevice_t,
-    _errorType: nvmlMemoryErrorType_t,
-    _counterType: nvmlEccCounterType_t,
-    _eccCounts: *mut nvmlEccErrorCounts_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetDetailedEccErrors");
-    device_unsupported(device)
-}
-
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetDramEncryptionMode(
@@ -373,19 +325,6 @@ pub unsafe extern "C" fn nvmlDeviceGetMemClkVfOffset(
     device_unsupported(device)
 }
 
-/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
-    device: nvmlDevice_t,
-    _nodeSetSize: c_uint,
-    _nodeSet: *mut c_ulong,
-    _scope: nvmlAffinityScope_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetMemoryAffinity");
-    device_unsupported(device)
-}
-
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryLimits_v1(
@@ -471,17 +410,6 @@ pub unsafe extern "C" fn nvmlDeviceGetPdi(
     device_unsupported(device)
 }
 
-/// Not modelled (the scenario has no the performance-mode string): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPerformanceModes(
-    device: nvmlDevice_t,
-    _perfModes: *mut nvmlDevicePerfModes_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetPerformanceModes");
-    device_unsupported(device)
-}
-
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPlatformInfo(
@@ -529,17 +457,6 @@ pub unsafe extern "C" fn nvmlDeviceGetRepairStatus(
     _repairStatus: *mut nvmlRepairStatus_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetRepairStatus");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no per-bank remapping): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetRowRemapperHistogram(
-    device: nvmlDevice_t,
-    _values: *mut nvmlRowRemapperHistogramValues_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetRowRemapperHistogram");
     device_unsupported(device)
 }
 
