@@ -1,6 +1,7 @@
 //! Answers a real H100 gives (driver 580.159.04, `tests/fixtures/real-gpu/`) for
 //! queries the fake once refused: CPU and memory affinity, the clock-frequency and
-//! performance-mode strings, detailed ECC counts and the row-remapper histogram.
+//! performance-mode strings, detailed ECC counts, the row-remapper histogram, and
+//! small board facts (addressing mode, clock offsets, IRQ, PDI, repair status, …).
 
 use crate::ffi::{
     ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, Out, Ret, in_slice, put_array_str,
@@ -10,7 +11,7 @@ use crate::state::{Dev, device_call};
 use gpu_sim::Capability;
 use gpu_sim::models::ROW_REMAPPER_BANKS;
 use nvml_wrapper_sys::bindings::*;
-use std::ffi::{c_uint, c_ulong};
+use std::ffi::{c_int, c_uint, c_ulong, c_ulonglong, c_void};
 
 /// Bits in one word of an affinity mask.
 const WORD_BITS: usize = c_ulong::BITS as usize;
@@ -199,4 +200,301 @@ pub unsafe extern "C" fn nvmlDeviceGetRowRemapperHistogram(
             none: 0,
         })
     })
+}
+
+/// No extended (HMM/ATS) addressing: `NVML_DEVICE_ADDRESSING_MODE_NONE`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetAddressingMode(
+    device: nvmlDevice_t,
+    mode: *mut nvmlDeviceAddressingMode_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetAddressingMode");
+    // SAFETY: NVML contract: null or valid for one struct whose version the caller set.
+    let io = unsafe { InOut::new(mode) };
+    device_call(device, |_| {
+        io.get()?.value = nvmlDeviceAddressingModeType_t_NVML_DEVICE_ADDRESSING_MODE_NONE;
+        Ok(())
+    })
+}
+
+/// Chip-to-chip (NVLink-C2C to a Grace CPU) is on only for Grace boards (GB200).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetC2cModeInfoV(
+    device: nvmlDevice_t,
+    c2cModeInfo: *mut nvmlC2cModeInfo_v1_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetC2cModeInfoV");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(c2cModeInfo) };
+    device_call(device, |d| {
+        out.set(nvmlC2cModeInfo_v1_t {
+            isC2cEnabled: c_uint::from(d.gpu.model.name.contains("GB200")),
+        })
+    })
+}
+
+/// No clock offsets are applied: 0, within a 0..0 range (the real H100's answer).
+fn no_offset(device: nvmlDevice_t, offset: *mut c_int) -> nvmlReturn_t {
+    // SAFETY: the callers' NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(offset) };
+    device_call(device, |_| out.set(0))
+}
+
+fn no_offset_range(device: nvmlDevice_t, min: *mut c_int, max: *mut c_int) -> nvmlReturn_t {
+    // SAFETY: the callers' NVML contract: both out-pointers are null or valid for writes.
+    let (lo, hi) = unsafe { (Out::new(min), Out::new(max)) };
+    device_call(device, |_| {
+        if lo.is_null() || hi.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        lo.set(0)?;
+        hi.set(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpcClkVfOffset(
+    device: nvmlDevice_t,
+    offset: *mut c_int,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpcClkVfOffset");
+    no_offset(device, offset)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemClkVfOffset(
+    device: nvmlDevice_t,
+    offset: *mut c_int,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMemClkVfOffset");
+    no_offset(device, offset)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpcClkMinMaxVfOffset(
+    device: nvmlDevice_t,
+    minOffset: *mut c_int,
+    maxOffset: *mut c_int,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGpcClkMinMaxVfOffset");
+    no_offset_range(device, minOffset, maxOffset)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemClkMinMaxVfOffset(
+    device: nvmlDevice_t,
+    minOffset: *mut c_int,
+    maxOffset: *mut c_int,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetMemClkMinMaxVfOffset");
+    no_offset_range(device, minOffset, maxOffset)
+}
+
+/// The GPU's interrupt line: a made-up but stable number per GPU (the host assigns it).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetIrqNum(
+    device: nvmlDevice_t,
+    irqNum: *mut c_uint,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetIrqNum");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(irqNum) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        out.set(IRQ_BASE + d.index)
+    })
+}
+
+/// First interrupt line of the simulated GPUs (the real H100 VM's GPU had 41).
+const IRQ_BASE: c_uint = 41;
+
+/// The per-GPU identifier: a hash of the GPU's UUID, stable across runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPdi(
+    device: nvmlDevice_t,
+    pdi: *mut nvmlPdi_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPdi");
+    // SAFETY: NVML contract: null or valid for one struct whose version the caller set.
+    let io = unsafe { InOut::new(pdi) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        // FNV-1a: stable across runs and Rust versions, unlike `DefaultHasher`.
+        let hash = d.gpu.uuid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        io.get()?.value = hash;
+        Ok(())
+    })
+}
+
+/// Data-centre boards run on AC (`NVML_POWER_SOURCE_AC`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPowerSource(
+    device: nvmlDevice_t,
+    powerSource: *mut nvmlPowerSource_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetPowerSource");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(powerSource) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        out.set(0)
+    })
+}
+
+/// No channel or TPC repair pending (the model has no repair events).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetRepairStatus(
+    device: nvmlDevice_t,
+    repairStatus: *mut nvmlRepairStatus_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetRepairStatus");
+    // SAFETY: NVML contract: null or valid for one struct whose version the caller set.
+    let io = unsafe { InOut::new(repairStatus) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        let v = io.get()?;
+        v.bChannelRepairPending = 0;
+        v.bTpcRepairPending = 0;
+        Ok(())
+    })
+}
+
+/// `nvmlUnrepairableMemoryStatus_v1_t` (one `unsigned int`), not in the bindings.
+#[repr(C)]
+pub struct UnrepairableMemoryStatusV1 {
+    b_unrepairable_memory: c_uint,
+}
+
+/// No unrepairable memory (the model has no such fault).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
+    device: nvmlDevice_t,
+    data: *mut c_void,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetUnrepairableMemoryFlag_v1");
+    // SAFETY: NVML contract: `data` is null or valid for one
+    // `nvmlUnrepairableMemoryStatus_v1_t`.
+    let out = unsafe { Out::new(data.cast::<UnrepairableMemoryStatusV1>()) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        out.set(UnrepairableMemoryStatusV1 {
+            b_unrepairable_memory: 0,
+        })
+    })
+}
+
+/// The black-box recorder has not flushed yet on a freshly loaded driver: `NOT_READY`,
+/// the real H100's answer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetLastBBXFlushTime(
+    device: nvmlDevice_t,
+    _timestamp: *mut c_ulonglong,
+    _durationUs: *mut c_ulong,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetLastBBXFlushTime");
+    device_call(device, |_| Err(nvmlReturn_enum_NVML_ERROR_NOT_READY))
+}
+
+/// No licensable (vGPU/vWS) feature: the struct zeroed, `isGridLicenseSupported` 0,
+/// as a GPU without a vGPU licence answers.
+///
+/// # Safety
+/// `features` is null or valid for one `nvmlGridLicensableFeatures_t`.
+unsafe fn no_licensable_features(
+    device: nvmlDevice_t,
+    features: *mut nvmlGridLicensableFeatures_t,
+) -> nvmlReturn_t {
+    // SAFETY: per this function's contract.
+    let out = unsafe { Out::new(features) };
+    device_call(device, |d| {
+        d.whole_gpu()?;
+        // SAFETY: a plain C struct of integers and character arrays: all-zero is valid.
+        unsafe { out.set_zeroed(|_| {}) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures(
+    device: nvmlDevice_t,
+    pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures");
+    // SAFETY: NVML contract: null or valid for one struct.
+    unsafe { no_licensable_features(device, pGridLicensableFeatures) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v2(
+    device: nvmlDevice_t,
+    pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures_v2");
+    // SAFETY: NVML contract: null or valid for one struct.
+    unsafe { no_licensable_features(device, pGridLicensableFeatures) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v3(
+    device: nvmlDevice_t,
+    pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures_v3");
+    // SAFETY: NVML contract: null or valid for one struct.
+    unsafe { no_licensable_features(device, pGridLicensableFeatures) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v4(
+    device: nvmlDevice_t,
+    pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures_v4");
+    // SAFETY: NVML contract: null or valid for one struct.
+    unsafe { no_licensable_features(device, pGridLicensableFeatures) }
+}
+
+/// The vGPU guest-driver versions this host driver could serve: the real 580.159.04's
+/// range, 0x120001 to 0x1A0001 (any driver answers, vGPU manager or not).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGetVgpuVersion(
+    supported: *mut nvmlVgpuVersion_t,
+    current: *mut nvmlVgpuVersion_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlGetVgpuVersion");
+    // SAFETY: NVML contract: both out-pointers are null or valid for writes.
+    let (s, c) = unsafe { (Out::new(supported), Out::new(current)) };
+    crate::state::system_call(|_, _| {
+        let range = nvmlVgpuVersion_t {
+            minVersion: 0x12_0001,
+            maxVersion: 0x1A_0001,
+        };
+        s.set(range)?;
+        c.set(range)
+    })
+}
+
+/// The confidential-computing key-rotation threshold: attacker advantage 60, the real
+/// driver's default (answered with confidential computing off).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetConfComputeKeyRotationThresholdInfo(
+    pKeyRotationThrInfo: *mut nvmlConfComputeGetKeyRotationThresholdInfo_t,
+) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetConfComputeKeyRotationThresholdInfo");
+    // SAFETY: NVML contract: null or valid for one struct whose version the caller set.
+    let io = unsafe { InOut::new(pKeyRotationThrInfo) };
+    crate::state::system_call(|_, _| {
+        io.get()?.attackerAdvantage = 60;
+        Ok(())
+    })
+}
+
+/// NVLink bandwidth mode 0 (full), which the driver reports with or without links.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetNvlinkBwMode(nvlinkBwMode: *mut c_uint) -> nvmlReturn_t {
+    crate::calls::count!("nvmlSystemGetNvlinkBwMode");
+    // SAFETY: NVML contract: the out-pointer is null or valid for writes.
+    let out = unsafe { Out::new(nvlinkBwMode) };
+    crate::state::system_call(|_, _| out.set(0))
 }
