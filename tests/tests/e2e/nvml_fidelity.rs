@@ -999,20 +999,8 @@ const REAL_H100_DIFFERENCES: &[(&str, &str)] = &[
         "the capture ran as root, which may query MIG capacity; the fake answers as to an unprivileged client (NO_PERMISSION)",
     ),
     (
-        "nvmlDeviceGetNumaNodeId",
-        "the passthrough VM gives the GPU no NUMA node (NOT_SUPPORTED); a bare-metal node, which scenarios model, has one",
-    ),
-    (
         "nvmlDeviceGetSamples",
         "the idle real GPU has no buffered clock samples (NOT_FOUND for processor and memory clock); the fake always has one sample per type",
-    ),
-    (
-        "nvmlDeviceGetTopologyCommonAncestor",
-        "the passthrough VM exposes no PCIe topology (NOT_SUPPORTED); scenarios model a bare-metal node's topology",
-    ),
-    (
-        "nvmlDeviceGetTopologyNearestGpus",
-        "the passthrough VM exposes no PCIe topology (INVALID_ARGUMENT); scenarios model a bare-metal node's topology",
     ),
     (
         "nvmlSystemGetProcessName",
