@@ -1,6 +1,6 @@
 //! Queries a bare-metal H100 SXM answers with `NOT_SUPPORTED` (fans on a fanless board,
 //! Windows-only, Blackwell-only, deprecated NVLink utilisation counters, …), a few the
-//! model has no data for (CPU affinity, IRQ, SRAM ECC, …: documented one by one), and
+//! model has no data for (SRAM ECC status, clock monitor, …: documented one by one), and
 //! the shared answers the topic modules use for objects that do not exist on this node.
 
 use crate::ffi::{INVALID_ARGUMENT, NO_PERMISSION, NOT_SUPPORTED, Ret};
