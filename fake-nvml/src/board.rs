@@ -90,6 +90,10 @@ fn memory_error_counter(
         _ => return Err(INVALID_ARGUMENT),
     };
     Ok(match location {
+        l if l >= nvmlMemoryLocation_enum_NVML_MEMORY_LOCATION_COUNT => {
+            return Err(INVALID_ARGUMENT);
+        }
+        l if !d.gpu.model.ecc_location_counted(l) => return Err(NOT_SUPPORTED),
         nvmlMemoryLocation_enum_NVML_MEMORY_LOCATION_DEVICE_MEMORY => value,
         l if l < nvmlMemoryLocation_enum_NVML_MEMORY_LOCATION_COUNT => 0,
         _ => return Err(INVALID_ARGUMENT),
@@ -136,6 +140,12 @@ pub unsafe extern "C" fn nvmlDeviceGetAPIRestriction(
         out.set({
             board(d)?;
             match apiType {
+                // Hopper has no settable application clocks to restrict (H100, 580.159.04).
+                nvmlRestrictedAPI_enum_NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS
+                    if d.gpu.model.architecture >= gpu_sim::models::ARCH_HOPPER =>
+                {
+                    return Err(NOT_SUPPORTED);
+                }
                 nvmlRestrictedAPI_enum_NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS
                 | nvmlRestrictedAPI_enum_NVML_RESTRICTED_API_SET_AUTO_BOOSTED_CLOCKS => {
                     nvmlEnableState_enum_NVML_FEATURE_ENABLED
@@ -455,6 +465,11 @@ pub unsafe extern "C" fn nvmlDeviceGetEncoderCapacity(
             board(d)?;
             if encoderQueryType > nvmlEncoderQueryType_enum_NVML_ENCODER_QUERY_AV1 {
                 return Err(INVALID_ARGUMENT);
+            }
+            if encoderQueryType == nvmlEncoderQueryType_enum_NVML_ENCODER_QUERY_AV1
+                && !d.gpu.model.av1_encoder()
+            {
+                return Err(NOT_SUPPORTED);
             }
             0
         })

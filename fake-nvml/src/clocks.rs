@@ -46,6 +46,30 @@ pub(crate) fn max_clock(d: &Dev, type_: nvmlClockType_t) -> Result<c_uint, Ret> 
     })
 }
 
+/// Application clocks (target and default): graphics, SM and memory only. The real
+/// driver (H100, 580.159.04) answers `NOT_SUPPORTED` for the video clock.
+pub(crate) fn applications_clock(d: &Dev, type_: nvmlClockType_t) -> Result<c_uint, Ret> {
+    match type_ {
+        nvmlClockType_enum_NVML_CLOCK_VIDEO => {
+            max_clock(d, type_)?;
+            Err(NOT_SUPPORTED)
+        }
+        _ => max_clock(d, type_),
+    }
+}
+
+/// The customer boost clock exists for graphics and SM only; memory and video answer
+/// `NOT_SUPPORTED` on the real driver (H100, 580.159.04).
+pub(crate) fn customer_boost_clock(d: &Dev, type_: nvmlClockType_t) -> Result<c_uint, Ret> {
+    match type_ {
+        nvmlClockType_enum_NVML_CLOCK_MEM | nvmlClockType_enum_NVML_CLOCK_VIDEO => {
+            max_clock(d, type_)?;
+            Err(NOT_SUPPORTED)
+        }
+        _ => max_clock(d, type_),
+    }
+}
+
 /// The lowest clock of a type in P0: the idle clock (HBM runs at one clock).
 fn min_clock(d: &Dev, type_: nvmlClockType_t) -> Result<c_uint, Ret> {
     let m = d.gpu.model;
@@ -97,7 +121,7 @@ pub unsafe extern "C" fn nvmlDeviceGetApplicationsClock(
     crate::calls::count!("nvmlDeviceGetApplicationsClock");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(clockMHz) };
-    device_call(device, |d| out.set(max_clock(d, clockType)?))
+    device_call(device, |d| out.set(applications_clock(d, clockType)?))
 }
 
 /// Current, applications (target and default) and customer-boost clocks of every type.
@@ -115,8 +139,10 @@ pub unsafe extern "C" fn nvmlDeviceGetClock(
         out.set(match clockId {
             nvmlClockId_enum_NVML_CLOCK_ID_CURRENT => current_clock(d, clockType)?,
             nvmlClockId_enum_NVML_CLOCK_ID_APP_CLOCK_TARGET
-            | nvmlClockId_enum_NVML_CLOCK_ID_APP_CLOCK_DEFAULT
-            | nvmlClockId_enum_NVML_CLOCK_ID_CUSTOMER_BOOST_MAX => max_clock(d, clockType)?,
+            | nvmlClockId_enum_NVML_CLOCK_ID_APP_CLOCK_DEFAULT => applications_clock(d, clockType)?,
+            nvmlClockId_enum_NVML_CLOCK_ID_CUSTOMER_BOOST_MAX => {
+                customer_boost_clock(d, clockType)?
+            }
             _ => return Err(INVALID_ARGUMENT),
         })
     })
@@ -132,7 +158,7 @@ pub unsafe extern "C" fn nvmlDeviceGetDefaultApplicationsClock(
     crate::calls::count!("nvmlDeviceGetDefaultApplicationsClock");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(clockMHz) };
-    device_call(device, |d| out.set(max_clock(d, clockType)?))
+    device_call(device, |d| out.set(applications_clock(d, clockType)?))
 }
 
 /// The board's highest clock of the type: H100 SXM boards ship with applications clocks at the maximum.
@@ -145,7 +171,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxCustomerBoostClock(
     crate::calls::count!("nvmlDeviceGetMaxCustomerBoostClock");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(clockMHz) };
-    device_call(device, |d| out.set(max_clock(d, clockType)?))
+    device_call(device, |d| out.set(customer_boost_clock(d, clockType)?))
 }
 
 /// P0 spans the idle to the highest clock of the type; other states are `NOT_SUPPORTED`.

@@ -6,7 +6,7 @@ use crate::ffi::{
     put_array_str, struct_version,
 };
 use crate::state::{Dev, device_call};
-use gpu_sim::{Capability, Fault, InforomObject, MemoryReading};
+use gpu_sim::{Capability, Fault, GpuReading, InforomObject, MemoryReading};
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::{c_char, c_uint, c_ulonglong};
 
@@ -522,7 +522,8 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksThrottleReasons(
     )
 }
 
-/// Policies power..reliability (0–5); the two clock totals (6, 7) are `NOT_SUPPORTED`.
+/// Policies power..reliability (0–5); 6 and 7 are no `nvmlPerfPolicyType_t` value and
+/// answer `INVALID_ARGUMENT`, as the real driver does (H100, 580.159.04).
 /// `referenceTime` is the scenario instant in µs since the Unix epoch.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetViolationStatus(
@@ -537,7 +538,6 @@ pub unsafe extern "C" fn nvmlDeviceGetViolationStatus(
         let r = d.reading(Capability::Violations)?;
         let ns = match perfPolicyType as usize {
             p if p < r.violation_ns.len() => r.violation_ns[p],
-            6 | 7 => return Err(NOT_SUPPORTED),
             _ => return Err(INVALID_ARGUMENT),
         };
         out.set(nvmlViolationTime_t {
@@ -603,6 +603,17 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     })
 }
 
+/// The reading behind the retired-pages getters: `NOT_SUPPORTED` on boards that do
+/// not retire pages (Hopper and later remap rows instead). `nvmlDeviceGetFieldValues`
+/// keeps answering the retired-page fields from the scenario's capabilities alone.
+fn retirement(d: &Dev) -> Result<GpuReading, nvmlReturn_t> {
+    let r = d.reading(Capability::RetiredPages)?;
+    if !d.gpu.model.page_retirement() {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok(r)
+}
+
 /// Retired pages of one cause, in retirement order: synthetic page addresses and the
 /// wall time (Unix seconds) of the scenario fault that retired them. The counts equal
 /// the model's `retired_single_bit` / `retired_double_bit`.
@@ -610,7 +621,7 @@ fn retired_pages(
     d: &Dev,
     cause: nvmlPageRetirementCause_t,
 ) -> Result<(Vec<u64>, Vec<u64>), nvmlReturn_t> {
-    d.reading(Capability::RetiredPages)?;
+    retirement(d)?;
     let double = match cause {
         nvmlPageRetirementCause_enum_NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS => {
             false
@@ -693,9 +704,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRetiredPagesPendingStatus(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(isPending) };
     device_call(device, |d| {
-        out.set(nvmlEnableState_t::from(
-            d.reading(Capability::RetiredPages)?.retired_pending,
-        ))
+        out.set(nvmlEnableState_t::from(retirement(d)?.retired_pending))
     })
 }
 
@@ -735,7 +744,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
 /// One sample of a whole GPU's reading per call: utilisation (%), power (mW) or clock
 /// (MHz) now, stamped with the real wall clock (µs) like the process samples, so a
 /// client passing its last seen timestamp keeps getting samples with time frozen.
-/// Module power (Grace Hopper only) is `NOT_SUPPORTED`; JPEG and OFA are idle. With
+/// Module power (Grace Hopper only) is `INVALID_ARGUMENT`; JPEG and OFA are idle. With
 /// `samples` null, the count of available samples and success, as the driver answers.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetSamples(
@@ -783,7 +792,9 @@ pub unsafe extern "C" fn nvmlDeviceGetSamples(
             }
             nvmlSamplingType_enum_NVML_JPG_UTILIZATION_SAMPLES
             | nvmlSamplingType_enum_NVML_OFA_UTILIZATION_SAMPLES => 0,
-            nvmlSamplingType_enum_NVML_MODULE_POWER_SAMPLES => return Err(NOT_SUPPORTED),
+            // Module power exists on Grace Hopper only; elsewhere the real driver refuses
+            // the type as an argument (H100, 580.159.04).
+            nvmlSamplingType_enum_NVML_MODULE_POWER_SAMPLES => return Err(INVALID_ARGUMENT),
             _ => return Err(INVALID_ARGUMENT),
         };
         value_type.set(nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT)?;

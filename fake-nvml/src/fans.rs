@@ -1,5 +1,6 @@
 //! Fans: passively cooled boards (every SXM and data-centre PCIe model) report 0 fans
-//! and answer every fan getter `NOT_SUPPORTED`; actively cooled ones report each fan's
+//! and answer `nvmlDeviceGetFanSpeed` `NOT_SUPPORTED` and the getters that name a fan
+//! `INVALID_ARGUMENT` (no such fan); actively cooled ones report each fan's
 //! speed from the model's fan curve. A fan index past the last fan is
 //! `INVALID_ARGUMENT`.
 
@@ -21,6 +22,17 @@ fn speed(d: &Dev, fan: c_uint) -> Result<c_uint, Ret> {
     d.node()
         .fan_speed_percent(d.index, fan, d.t)
         .ok_or(INVALID_ARGUMENT)
+}
+
+/// Speed of `fan` for the getters that name a fan (and `nvmlDeviceGetMinMaxFanSpeed`):
+/// on a fanless board every index is past the last fan, so `INVALID_ARGUMENT`, as the
+/// real driver answers (H100, 580.159.04); only the index-less `nvmlDeviceGetFanSpeed`
+/// is `NOT_SUPPORTED`.
+fn indexed_speed(d: &Dev, fan: c_uint) -> Result<c_uint, Ret> {
+    if board(d)?.fans == 0 {
+        return Err(INVALID_ARGUMENT);
+    }
+    speed(d, fan)
 }
 
 /// The board's fans (0 when passively cooled).
@@ -57,7 +69,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(
     crate::calls::count!("nvmlDeviceGetFanSpeed_v2");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(speed_) };
-    device_call(device, |d| out.set(speed(d, fan)?))
+    device_call(device, |d| out.set(indexed_speed(d, fan)?))
 }
 
 /// The speed the fan is driven to: the curve's, reached at once in the model.
@@ -70,7 +82,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTargetFanSpeed(
     crate::calls::count!("nvmlDeviceGetTargetFanSpeed");
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(targetSpeed) };
-    device_call(device, |d| out.set(speed(d, fan)?))
+    device_call(device, |d| out.set(indexed_speed(d, fan)?))
 }
 
 /// The fan curve's range, percent.
@@ -84,7 +96,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMinMaxFanSpeed(
     // SAFETY: NVML contract: both out-pointers are null or valid for writes.
     let (lo, hi) = unsafe { (Out::new(minSpeed), Out::new(maxSpeed)) };
     device_call(device, |d| {
-        speed(d, 0)?;
+        indexed_speed(d, 0)?;
         if lo.is_null() || hi.is_null() {
             return Err(INVALID_ARGUMENT);
         }
@@ -107,7 +119,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFanSpeedRPM(
         if info.version != struct_version::<nvmlFanSpeedInfo_t>(1) {
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
-        speed(d, info.fan)?;
+        indexed_speed(d, info.fan)?;
         info.speed = d
             .node()
             .fan_speed_rpm(d.index, info.fan, d.t)
@@ -127,7 +139,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFanControlPolicy_v2(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(policy) };
     device_call(device, |d| {
-        speed(d, fan)?;
+        indexed_speed(d, fan)?;
         out.set(NVML_FAN_POLICY_TEMPERATURE_CONTINOUS_SW)
     })
 }

@@ -123,6 +123,7 @@ mod fans;
 mod ffi;
 mod fields;
 mod gpm;
+mod host;
 mod instances;
 mod mig;
 mod nvlink;

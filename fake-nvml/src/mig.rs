@@ -114,7 +114,8 @@ pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
     device_call(device, |d| out.set(c_uint::from(d.mig.is_some())))
 }
 
-/// `NOT_SUPPORTED` on a handle that is not a MIG device.
+/// `INVALID_ARGUMENT` on a handle that is not a MIG device, as the real driver answers
+/// (H100, 580.159.04).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     device: nvmlDevice_t,
@@ -124,11 +125,12 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(id) };
     device_call(device, |d| {
-        out.set(d.mig_instance().ok_or(NOT_SUPPORTED)?.gpu_instance_id)
+        out.set(d.mig_instance().ok_or(INVALID_ARGUMENT)?.gpu_instance_id)
     })
 }
 
-/// `NOT_SUPPORTED` on a handle that is not a MIG device.
+/// `INVALID_ARGUMENT` on a handle that is not a MIG device, as the real driver answers
+/// (H100, 580.159.04).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     device: nvmlDevice_t,
@@ -138,7 +140,11 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     // SAFETY: NVML contract: the out-pointer is null or valid for writes.
     let out = unsafe { Out::new(id) };
     device_call(device, |d| {
-        out.set(d.mig_instance().ok_or(NOT_SUPPORTED)?.compute_instance_id)
+        out.set(
+            d.mig_instance()
+                .ok_or(INVALID_ARGUMENT)?
+                .compute_instance_id,
+        )
     })
 }
 
@@ -316,7 +322,8 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
 }
 
 /// Attributes of a device: for a MIG instance, its profile's slices, SMs and memory
-/// (how clients name the instance's profile); for a whole GPU, all seven slices.
+/// (how clients name the instance's profile); for a whole GPU in MIG mode, all seven
+/// slices; for a GPU with MIG off, `NOT_SUPPORTED` (H100, 580.159.04).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     device: nvmlDevice_t,
@@ -328,6 +335,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     device_call(device, |d| {
         let (info, memory_mib) = match d.mig_instance() {
             Some(m) => (profile_info(d, &m.profile), m.profile.memory_mib),
+            None if d.gpu.mig.is_empty() => return Err(NOT_SUPPORTED),
             None => {
                 let full = MigProfile {
                     name: "full",

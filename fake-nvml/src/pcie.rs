@@ -3,7 +3,8 @@
 
 use crate::board::board;
 use crate::ffi::{
-    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, Out, Ret, fill_list, struct_version,
+    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, NOT_SUPPORTED, Out, Ret, fill_list,
+    struct_version,
 };
 use crate::state::{Dev, Sim, device_call, handle};
 use nvml_wrapper_sys::bindings::*;
@@ -141,6 +142,10 @@ pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
     device_call(device, |d| {
         out.set({
             board(d)?;
+            // A passthrough VM's guest has no NUMA node for the GPU (real H100 VM).
+            if d.node().passthrough_vm {
+                return Err(NOT_SUPPORTED);
+            }
             numa_node(d.sim, d.index)
         })
     })
@@ -240,6 +245,10 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
     device_call(device1, |d| {
         board(d)?;
         let other = other_gpu(d, device2)?;
+        // No PCIe topology in a passthrough VM's guest (real H100 VM: NOT_SUPPORTED).
+        if d.node().passthrough_vm {
+            return Err(NOT_SUPPORTED);
+        }
         out.set(common_ancestor(d.sim, d.index, other))
     })
 }
@@ -257,6 +266,11 @@ pub unsafe extern "C" fn nvmlDeviceGetTopologyNearestGpus(
     crate::calls::count!("nvmlDeviceGetTopologyNearestGpus");
     device_call(device, |d| {
         board(d)?;
+        // No PCIe topology in a passthrough VM's guest: the real H100 VM's driver
+        // answers INVALID_ARGUMENT for every level.
+        if d.node().passthrough_vm {
+            return Err(INVALID_ARGUMENT);
+        }
         let list: Vec<nvmlDevice_t> = (0..d.node().gpus.len() as u32)
             .filter(|&g| g != d.index && common_ancestor(d.sim, d.index, g) <= level)
             .map(|g| handle(g, None))
@@ -293,6 +307,10 @@ pub unsafe extern "C" fn nvmlDeviceOnSameBoard(
     device_call(device1, |d| {
         board(d)?;
         let other = other_gpu(d, device2)?;
+        // No PCIe topology in a passthrough VM's guest (real H100 VM: NOT_SUPPORTED).
+        if d.node().passthrough_vm {
+            return Err(NOT_SUPPORTED);
+        }
         out.set(c_int::from(other == d.index))
     })
 }

@@ -1,7 +1,7 @@
 //! Running processes and per-process utilisation (two-call protocol).
 
 use crate::ffi::{
-    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, NOT_SUPPORTED, Ret, fill_list,
+    ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, InOut, NOT_FOUND, NOT_SUPPORTED, Ret, fill_list,
     struct_version,
 };
 use crate::state::{Dev, device_call};
@@ -51,9 +51,9 @@ fn utilization_samples(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |w| w.as_micros() as u64);
     if now_us <= last_seen {
-        return Ok(Vec::new());
+        return Err(NOT_FOUND);
     }
-    Ok(processes(d)?
+    let samples: Vec<_> = processes(d)?
         .iter()
         .map(|p| nvmlProcessUtilizationSample_t {
             pid: p.pid,
@@ -63,7 +63,13 @@ fn utilization_samples(
             encUtil: 0,
             decUtil: 0,
         })
-        .collect())
+        .collect();
+    // No sample since `last_seen` (no process, or none newer) is `NOT_FOUND`, not an
+    // empty list: the real driver's answer (H100, 580.159.04, no process running).
+    if samples.is_empty() {
+        return Err(NOT_FOUND);
+    }
+    Ok(samples)
 }
 
 fn info(p: &ProcessReading) -> nvmlProcessInfo_t {

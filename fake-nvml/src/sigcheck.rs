@@ -13,6 +13,7 @@ use crate::events::*;
 use crate::fans::*;
 use crate::fields::*;
 use crate::gpm::*;
+use crate::host::*;
 use crate::instances::*;
 use crate::mig::*;
 use crate::nvlink::*;

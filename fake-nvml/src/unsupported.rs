@@ -1,12 +1,12 @@
 //! Queries a bare-metal H100 SXM answers with `NOT_SUPPORTED` (fans on a fanless board,
 //! Windows-only, Blackwell-only, deprecated NVLink utilisation counters, …), a few the
-//! model has no data for (CPU affinity, IRQ, SRAM ECC, …: documented one by one), and
+//! model has no data for (SRAM ECC status, clock monitor, …: documented one by one), and
 //! the shared answers the topic modules use for objects that do not exist on this node.
 
 use crate::ffi::{INVALID_ARGUMENT, NO_PERMISSION, NOT_SUPPORTED, Ret};
 use crate::state::{device_call, system_call};
 use nvml_wrapper_sys::bindings::*;
-use std::ffi::{c_int, c_uint, c_ulong, c_ulonglong, c_void};
+use std::ffi::{c_uint, c_ulonglong, c_void};
 
 /// `NOT_SUPPORTED` for a valid handle (after the usual handle and fault checks).
 pub(crate) fn device_unsupported(device: nvmlDevice_t) -> Ret {
@@ -67,16 +67,6 @@ pub unsafe extern "C" fn nvmlDeviceGetAdaptiveTgpModeInfo_v1(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetAddressingMode(
-    device: nvmlDevice_t,
-    _mode: *mut nvmlDeviceAddressingMode_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetAddressingMode");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetAttributes(
     device: nvmlDevice_t,
     _attributes: *mut nvmlDeviceAttributes_t,
@@ -123,16 +113,6 @@ pub unsafe extern "C" fn nvmlDeviceGetBridgeChipInfo(
     _bridgeHierarchy: *mut nvmlBridgeChipHierarchy_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetBridgeChipInfo");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetC2cModeInfoV(
-    device: nvmlDevice_t,
-    _c2cModeInfo: *mut nvmlC2cModeInfo_v1_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetC2cModeInfoV");
     device_unsupported(device)
 }
 
@@ -197,54 +177,6 @@ pub unsafe extern "C" fn nvmlDeviceGetCoolerInfo(
     device_unsupported(device)
 }
 
-/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
-    device: nvmlDevice_t,
-    _cpuSetSize: c_uint,
-    _cpuSet: *mut c_ulong,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetCpuAffinity");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCpuAffinityWithinScope(
-    device: nvmlDevice_t,
-    _cpuSetSize: c_uint,
-    _cpuSet: *mut c_ulong,
-    _scope: nvmlAffinityScope_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetCpuAffinityWithinScope");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no the clock-frequency string): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCurrentClockFreqs(
-    device: nvmlDevice_t,
-    _currentClockFreqs: *mut nvmlDeviceCurrentClockFreqs_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetCurrentClockFreqs");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetDetailedEccErrors(
-    device: nvmlDevice_t,
-    _errorType: nvmlMemoryErrorType_t,
-    _counterType: nvmlEccCounterType_t,
-    _eccCounts: *mut nvmlEccErrorCounts_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetDetailedEccErrors");
-    device_unsupported(device)
-}
-
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetDramEncryptionMode(
@@ -280,27 +212,6 @@ pub unsafe extern "C" fn nvmlDeviceGetDriverModel_v2(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpcClkMinMaxVfOffset(
-    device: nvmlDevice_t,
-    _minOffset: *mut c_int,
-    _maxOffset: *mut c_int,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpcClkMinMaxVfOffset");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpcClkVfOffset(
-    device: nvmlDevice_t,
-    _offset: *mut c_int,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGpcClkVfOffset");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo_v4(
     device: nvmlDevice_t,
     _data: *mut c_void,
@@ -327,62 +238,6 @@ pub unsafe extern "C" fn nvmlDeviceGetHostname_v1(
     _data: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetHostname_v1");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no interrupt lines): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetIrqNum(
-    device: nvmlDevice_t,
-    _irqNum: *mut c_uint,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetIrqNum");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetLastBBXFlushTime(
-    device: nvmlDevice_t,
-    _timestamp: *mut c_ulonglong,
-    _durationUs: *mut c_ulong,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetLastBBXFlushTime");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemClkMinMaxVfOffset(
-    device: nvmlDevice_t,
-    _minOffset: *mut c_int,
-    _maxOffset: *mut c_int,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetMemClkMinMaxVfOffset");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemClkVfOffset(
-    device: nvmlDevice_t,
-    _offset: *mut c_int,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetMemClkVfOffset");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no CPU placement): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
-    device: nvmlDevice_t,
-    _nodeSetSize: c_uint,
-    _nodeSet: *mut c_ulong,
-    _scope: nvmlAffinityScope_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetMemoryAffinity");
     device_unsupported(device)
 }
 
@@ -463,27 +318,6 @@ pub unsafe extern "C" fn nvmlDeviceGetNvlinkSupportedBwModes(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPdi(
-    device: nvmlDevice_t,
-    _pdi: *mut nvmlPdi_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetPdi");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no the performance-mode string): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPerformanceModes(
-    device: nvmlDevice_t,
-    _perfModes: *mut nvmlDevicePerfModes_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetPerformanceModes");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPlatformInfo(
     device: nvmlDevice_t,
     _platformInfo: *mut nvmlPlatformInfo_t,
@@ -504,42 +338,11 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerMizerMode_v1(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPowerSource(
-    device: nvmlDevice_t,
-    _powerSource: *mut nvmlPowerSource_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetPowerSource");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetRemappedRows_v2(
     device: nvmlDevice_t,
     _data: *mut c_void,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetRemappedRows_v2");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetRepairStatus(
-    device: nvmlDevice_t,
-    _repairStatus: *mut nvmlRepairStatus_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetRepairStatus");
-    device_unsupported(device)
-}
-
-/// Not modelled (the scenario has no per-bank remapping): `NOT_SUPPORTED`, where a real H100
-/// answers.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetRowRemapperHistogram(
-    device: nvmlDevice_t,
-    _values: *mut nvmlRowRemapperHistogramValues_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetRowRemapperHistogram");
     device_unsupported(device)
 }
 
@@ -573,16 +376,6 @@ pub unsafe extern "C" fn nvmlDeviceGetThermalSettings(
     _pThermalSettings: *mut nvmlGpuThermalSettings_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetThermalSettings");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetUnrepairableMemoryFlag_v1(
-    device: nvmlDevice_t,
-    _data: *mut c_void,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetUnrepairableMemoryFlag_v1");
     device_unsupported(device)
 }
 
@@ -743,22 +536,6 @@ pub unsafe extern "C" fn nvmlSystemEventSetWait(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetCPER_v1(_cper: *mut c_void) -> nvmlReturn_t {
     crate::calls::count!("nvmlSystemGetCPER_v1");
-    system_unsupported()
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlSystemGetConfComputeKeyRotationThresholdInfo(
-    _pKeyRotationThrInfo: *mut nvmlConfComputeGetKeyRotationThresholdInfo_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlSystemGetConfComputeKeyRotationThresholdInfo");
-    system_unsupported()
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlSystemGetNvlinkBwMode(_nvlinkBwMode: *mut c_uint) -> nvmlReturn_t {
-    crate::calls::count!("nvmlSystemGetNvlinkBwMode");
     system_unsupported()
 }
 

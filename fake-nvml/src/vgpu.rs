@@ -5,6 +5,19 @@ use crate::unsupported::{device_unsupported, no_such_handle, system_unsupported}
 use nvml_wrapper_sys::bindings::*;
 use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
+/// A vGPU instance ID on a node without vGPUs: 0 is never a valid ID
+/// (`INVALID_ARGUMENT`); any other is simply not found (`NOT_FOUND`), as the real driver
+/// answers (H100, 580.159.04).
+fn no_such_vgpu_instance(id: nvmlVgpuInstance_t) -> nvmlReturn_t {
+    crate::state::system_call(|_, _| {
+        Err(if id == 0 {
+            crate::ffi::INVALID_ARGUMENT
+        } else {
+            crate::ffi::NOT_FOUND
+        })
+    })
+}
+
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetActiveVgpus(
@@ -24,46 +37,6 @@ pub unsafe extern "C" fn nvmlDeviceGetCreatableVgpus(
     _vgpuTypeIds: *mut nvmlVgpuTypeId_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlDeviceGetCreatableVgpus");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures(
-    device: nvmlDevice_t,
-    _pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v2(
-    device: nvmlDevice_t,
-    _pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures_v2");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v3(
-    device: nvmlDevice_t,
-    _pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures_v3");
-    device_unsupported(device)
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v4(
-    device: nvmlDevice_t,
-    _pGridLicensableFeatures: *mut nvmlGridLicensableFeatures_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlDeviceGetGridLicensableFeatures_v4");
     device_unsupported(device)
 }
 
@@ -319,291 +292,281 @@ pub unsafe extern "C" fn nvmlGetVgpuDriverCapabilities(
 
 /// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlGetVgpuVersion(
-    _supported: *mut nvmlVgpuVersion_t,
-    _current: *mut nvmlVgpuVersion_t,
-) -> nvmlReturn_t {
-    crate::calls::count!("nvmlGetVgpuVersion");
-    system_unsupported()
-}
-
-/// `NOT_SUPPORTED`, as on a bare-metal H100 SXM.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSetVgpuVersion(_vgpuVersion: *mut nvmlVgpuVersion_t) -> nvmlReturn_t {
     crate::calls::count!("nvmlSetVgpuVersion");
     system_unsupported()
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceClearAccountingPids(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceClearAccountingPids");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetAccountingMode(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _mode: *mut nvmlEnableState_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetAccountingMode");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetAccountingPids(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _count: *mut c_uint,
     _pids: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetAccountingPids");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetAccountingStats(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _pid: c_uint,
     _stats: *mut nvmlAccountingStats_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetAccountingStats");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetEccMode(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _eccMode: *mut nvmlEnableState_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetEccMode");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetEncoderCapacity(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _encoderCapacity: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetEncoderCapacity");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetEncoderSessions(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _sessionCount: *mut c_uint,
     _sessionInfo: *mut nvmlEncoderSessionInfo_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetEncoderSessions");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetEncoderStats(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _sessionCount: *mut c_uint,
     _averageFps: *mut c_uint,
     _averageLatency: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetEncoderStats");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetFBCSessions(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _sessionCount: *mut c_uint,
     _sessionInfo: *mut nvmlFBCSessionInfo_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetFBCSessions");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetFBCStats(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _fbcStats: *mut nvmlFBCStats_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetFBCStats");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetFbUsage(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _fbUsage: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetFbUsage");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetFrameRateLimit(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _frameRateLimit: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetFrameRateLimit");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetGpuInstanceId(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _gpuInstanceId: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetGpuInstanceId");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetGpuPciId(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _vgpuPciId: *mut c_char,
     _length: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetGpuPciId");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetLicenseInfo(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _licenseInfo: *mut nvmlVgpuLicenseInfo_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetLicenseInfo");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetLicenseInfo_v2(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _licenseInfo: *mut nvmlVgpuLicenseInfo_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetLicenseInfo_v2");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetLicenseStatus(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _licensed: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetLicenseStatus");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetMdevUUID(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _mdevUuid: *mut c_char,
     _size: c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetMdevUUID");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetMetadata(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _vgpuMetadata: *mut nvmlVgpuMetadata_t,
     _bufferSize: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetMetadata");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetPlacementId(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _pPlacement: *mut nvmlVgpuPlacementId_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetPlacementId");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetRuntimeStateSize(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _pState: *mut nvmlVgpuRuntimeState_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetRuntimeStateSize");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetType(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _vgpuTypeId: *mut nvmlVgpuTypeId_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetType");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetUUID(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _uuid: *mut c_char,
     _size: c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetUUID");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetVmDriverVersion(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _version: *mut c_char,
     _length: c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetVmDriverVersion");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceGetVmID(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _vmId: *mut c_char,
     _size: c_uint,
     _vmIdType: *mut nvmlVgpuVmIdType_t,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceGetVmID");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// No vGPU instance exists on this node: see [`no_such_vgpu_instance`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuInstanceSetEncoderCapacity(
-    _vgpuInstance: nvmlVgpuInstance_t,
+    vgpuInstance: nvmlVgpuInstance_t,
     _encoderCapacity: c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuInstanceSetEncoderCapacity");
-    no_such_handle()
+    no_such_vgpu_instance(vgpuInstance)
 }
 
 /// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
@@ -710,15 +673,16 @@ pub unsafe extern "C" fn nvmlVgpuTypeGetLicense(
     no_such_handle()
 }
 
-/// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.
+/// Asked of a GPU that runs no vGPU host driver: `NOT_SUPPORTED` for any type, as the
+/// real driver answers (H100, 580.159.04).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlVgpuTypeGetMaxInstances(
-    _device: nvmlDevice_t,
+    device: nvmlDevice_t,
     _vgpuTypeId: nvmlVgpuTypeId_t,
     _vgpuInstanceCount: *mut c_uint,
 ) -> nvmlReturn_t {
     crate::calls::count!("nvmlVgpuTypeGetMaxInstances");
-    no_such_handle()
+    device_unsupported(device)
 }
 
 /// No such object exists on this node, so no handle for it is valid: `INVALID_ARGUMENT`.

@@ -1,6 +1,6 @@
 //! Fans through the real nvml-wrapper (and the raw calls it leaves unwrapped): an
 //! actively cooled board reports its fan's speed from the model's curve, a passively
-//! cooled one reports no fans and `NOT_SUPPORTED`.
+//! cooled one reports no fans: `NOT_SUPPORTED` unindexed, `INVALID_ARGUMENT` for fan 0.
 
 mod common;
 
@@ -11,7 +11,7 @@ const FILE: &str = "fans.toml";
 const T: f64 = 15.0;
 
 #[test]
-fn fan_speeds_follow_the_model_and_fanless_boards_say_not_supported() {
+fn fan_speeds_follow_the_model_and_fanless_boards_have_no_fan() {
     let (nvml, _) = common::shared(FILE, Some(T));
     let m = common::model(FILE, T);
     let ada = nvml.device_by_index(0).unwrap();
@@ -39,7 +39,10 @@ fn fan_speeds_follow_the_model_and_fanless_boards_say_not_supported() {
     assert!(lo <= want && want <= hi, "{lo} <= {want} <= {hi}");
 
     assert_eq!(h100.num_fans().unwrap(), 0);
-    assert!(matches!(h100.fan_speed(0), Err(NvmlError::NotSupported)));
+    // A named fan on a fanless board does not exist (the real H100's INVALID_ARGUMENT);
+    // only the unindexed call says NOT_SUPPORTED.
+    assert!(matches!(h100.fan_speed(0), Err(NvmlError::InvalidArg)));
+    assert!(matches!(h100.fan_speed_rpm(0), Err(NvmlError::InvalidArg)));
     // SAFETY: as above.
     let rc = unsafe { nvml.lib().nvmlDeviceGetFanSpeed(h100.handle(), &mut speed) };
     assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);

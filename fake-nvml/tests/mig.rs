@@ -99,7 +99,7 @@ fn mig_mode_and_instance_handles() {
         nvml.lib()
             .nvmlDeviceGetGpuInstanceId(whole.handle(), &mut id)
     };
-    assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
+    assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT);
 }
 
 #[test]

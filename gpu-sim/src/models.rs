@@ -81,6 +81,40 @@ pub struct BoardFacts {
     pub fans: u32,
 }
 
+/// `nvmlDeviceArchitecture_t` values the facts below depend on.
+pub const ARCH_AMPERE: u32 = 7;
+pub const ARCH_HOPPER: u32 = 9;
+
+/// Row-remapper banks of a board whose rows are all still remappable (the histogram's
+/// `max` bin): 2560 on the H100 80GB HBM3 (real driver 580.159.04); other boards are
+/// assumed to have the same count (not checked on real hardware).
+pub const ROW_REMAPPER_BANKS: u32 = 2560;
+
+impl ModelProfile {
+    /// Dynamic page retirement (`nvmlDeviceGetRetiredPages*`): up to Ampere. Hopper and
+    /// later only remap rows, and the real driver answers `NOT_SUPPORTED` (H100,
+    /// 580.159.04); the A100 does both.
+    pub fn page_retirement(&self) -> bool {
+        self.architecture < ARCH_HOPPER
+    }
+
+    /// Whether `nvmlDeviceGetMemoryErrorCounter` answers for a location: from Ampere on,
+    /// the driver counts ECC errors in DRAM and SRAM only, and answers `NOT_SUPPORTED`
+    /// for L1, L2, register file, texture and CBU (H100, 580.159.04). Older boards
+    /// counted per cache location.
+    pub fn ecc_location_counted(&self, location: u32) -> bool {
+        const DEVICE_MEMORY: u32 = 2;
+        const SRAM: u32 = 7;
+        self.architecture < ARCH_AMPERE || location == DEVICE_MEMORY || location == SRAM
+    }
+
+    /// An AV1 encoder (`NVML_ENCODER_QUERY_AV1`): Ada and Blackwell; the A100 and H100
+    /// answer `NOT_SUPPORTED` (H100, 580.159.04).
+    pub fn av1_encoder(&self) -> bool {
+        self.architecture != ARCH_AMPERE && self.architecture != ARCH_HOPPER
+    }
+}
+
 const H100_80GB_MIG: &[MigProfile] = &[
     MigProfile {
         name: "1g.10gb",

@@ -33,6 +33,8 @@ pub struct SimNode {
     pub faults: Vec<Fault>,
     /// The NVLink fabric the GPUs are registered in, if the scenario names one.
     pub fabric: Option<crate::fabric::FabricSpec>,
+    /// The GPUs are passed through to a VM (see [`Scenario::passthrough_vm`]).
+    pub passthrough_vm: bool,
     clock: SimClock,
     /// Utilisation set from outside while the node runs, if a dial file is attached.
     dial: Option<Arc<Dial>>,
@@ -272,6 +274,7 @@ impl SimNode {
             gpus,
             faults: s.faults.clone(),
             fabric: s.fabric.clone(),
+            passthrough_vm: s.passthrough_vm,
             clock: SimClock {
                 frozen_at_s: s.clock.frozen_at_s,
                 epoch,

@@ -36,6 +36,10 @@ pub struct Scenario {
     /// The NVLink fabric (NVL72-class racks) the node's GPUs are registered in.
     #[serde(default)]
     pub fabric: Option<crate::fabric::FabricSpec>,
+    /// The GPUs are passed through to a virtual machine (cloud GPU VMs): the guest's
+    /// driver knows no NUMA node for them and no PCIe topology between them.
+    #[serde(default)]
+    pub passthrough_vm: bool,
 }
 
 fn default_driver() -> String {

@@ -982,3 +982,230 @@ fn the_exposition_parser_reads_escaped_labels() {
     assert!(bare.labels.is_empty());
     assert_eq!(bare.value, 1.0);
 }
+
+// ---------------------------------------------------------------------------------
+// The real driver as the oracle: tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04 holds
+// `tests/fidelity/sweep.py`'s output on a real H100 (driver 580.159.04, passthrough VM)
+// and that machine as a scenario. The fake, run with the scenario, must give every
+// pynvml getter the same set of outcomes, but for the differences listed here.
+
+/// The real capture's directory under `tests/fixtures`.
+const REAL_H100: &str = "real-gpu/h100-80gb-hbm3-580.159.04";
+
+/// Getters whose outcomes on the fake differ from the real H100's, each with why the
+/// fake cannot or should not match. A difference not listed fails the test, and so does
+/// a listed getter that no longer differs: the list only shrinks.
+const REAL_H100_DIFFERENCES: &[(&str, &str)] = &[
+    (
+        "nvmlDeviceGetAccountingStats_v2",
+        "missing from the 580.159.04 library (FunctionNotFound); the fake is one library for every driver and exports it",
+    ),
+    (
+        "nvmlDeviceGetBBXTimeData_v1",
+        "missing from the 580.159.04 library (FunctionNotFound); the fake is one library for every driver and exports it",
+    ),
+    (
+        "nvmlDeviceGetConfComputeGpuCertificate",
+        "the real driver answers UNKNOWN with confidential computing off; the fake keeps NOT_SUPPORTED because UNKNOWN is how nvml_breadth spots a caught panic",
+    ),
+    (
+        "nvmlDeviceGetGpuInstanceRemainingCapacity",
+        "the capture ran as root, which may query MIG capacity; the fake answers as to an unprivileged client (NO_PERMISSION)",
+    ),
+    (
+        "nvmlDeviceGetSamples",
+        "the idle real GPU has no buffered clock samples (NOT_FOUND for processor and memory clock); the fake always has one sample per type",
+    ),
+    (
+        "nvmlSystemGetProcessName",
+        "PID 1 is the real host's init; the fake names only the scenario's processes",
+    ),
+];
+
+/// Symbols the real 580.159.04 library lacks (`symbols.missing`) and the fake exports:
+/// the fake is one library for every scenario's driver version and binds everything
+/// nvidia-ml-py 13.615 binds (nvml_breadth requires it), so newer symbols stay.
+const REAL_H100_SYMBOLS_ONLY_THE_FAKE_HAS: &[&str] = &[
+    "nvmlDeviceGetAccountingStats_v2",
+    "nvmlDeviceGetAdaptiveTgpModeInfo_v1",
+    "nvmlDeviceGetBBXTimeData_v1",
+    "nvmlDeviceGetBankRemapperStatus_v1",
+    "nvmlDeviceGetGpuFabricInfo_v4",
+    "nvmlDeviceGetMemoryLimits_v1",
+    "nvmlDeviceGetNvLinkTelemetrySamples_v1",
+    "nvmlDeviceGetVgpuSchedulerLog_v2",
+    "nvmlDeviceGetVgpuSchedulerState_v2",
+    "nvmlDevicePerfMetricsGetSamples_v1",
+    "nvmlDeviceSetAdaptiveTgpMode_v1",
+    "nvmlDeviceSetMemoryLimits_v1",
+    "nvmlDeviceSetNvlinkBwModeAsync_v1",
+    "nvmlDeviceSetRusdSettings_v1",
+    "nvmlDeviceSetVgpuSchedulerState_v2",
+    "nvmlDeviceVgpuForceGspUnload",
+    "nvmlDeviceWorkloadPowerProfileUpdateProfiles_v1",
+    "nvmlEventSetGetContextCount_v1",
+    "nvmlEventSetGetContextData_v1",
+    "nvmlEventSetGetContextInfo_v1",
+    "nvmlEventSetGetGpuOperationalEventContextLegacyXid_v1",
+    "nvmlEventSetRegisterGpuOperationalEvents_v1",
+    "nvmlEventSetWait_v3",
+    "nvmlGpuInstanceGetVgpuSchedulerLog_v2",
+    "nvmlGpuInstanceGetVgpuSchedulerState_v2",
+    "nvmlGpuInstanceSetVgpuSchedulerState_v2",
+    "nvmlSystemGetCPER_v1",
+];
+
+/// `tests/fidelity/sweep.py`'s document for the fake library running `scenario`.
+fn sweep_fake(scenario: &Path) -> Value {
+    require_pynvml();
+    let out = Command::new("python3")
+        .arg(workspace().join("tests/fidelity/sweep.py"))
+        .current_dir(workspace())
+        .env("LD_LIBRARY_PATH", ld_library_path(&lib_dir()))
+        .env("GPU_SIM_SCENARIO", scenario)
+        .env("GPU_SIM_FROZEN_AT_S", FROZEN_AT_S)
+        .output()
+        .expect("run python3 tests/fidelity/sweep.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "sweep.py failed ({}):\n{}\n{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("sweep.py printed no JSON ({e})"))
+}
+
+fn real_h100_sweep() -> Value {
+    let path = fixture(REAL_H100).join("sweep.json");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn string_set(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| Some(s.as_str()?.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every finding of the comparison of the fake's sweep with the real one (empty: equal
+/// up to the committed lists). Also returns how many getters differ.
+fn compare_with_real(real: &Value, fake: &Value) -> (Vec<String>, usize) {
+    let mut findings = Vec::new();
+    let (Some(r), Some(f)) = (real["calls"].as_object(), fake["calls"].as_object()) else {
+        return (vec!["a sweep has no `calls` map".into()], 0);
+    };
+    let names: BTreeSet<&String> = r.keys().chain(f.keys()).collect();
+    let mut differing = 0;
+    for name in names {
+        let (ro, fo) = (&r.get(name.as_str()), &f.get(name.as_str()));
+        let listed = REAL_H100_DIFFERENCES.iter().find(|(n, _)| n == name);
+        match (ro == fo, listed) {
+            (true, None) => {}
+            (true, Some(_)) => findings.push(format!(
+                "{name}: listed in REAL_H100_DIFFERENCES but now answers like the real H100 \
+                 ({ro:?}): remove it from the list"
+            )),
+            (false, Some(_)) => differing += 1,
+            (false, None) => {
+                differing += 1;
+                findings.push(format!("{name}: real H100 {ro:?}, fake {fo:?}"));
+            }
+        }
+    }
+    // Symbols: the fake may export more than 580.159.04 (listed), never fewer.
+    let (real_missing, fake_missing) = (
+        string_set(&real["symbols"]["missing"]),
+        string_set(&fake["symbols"]["missing"]),
+    );
+    for s in fake_missing.difference(&real_missing) {
+        findings.push(format!(
+            "symbol {s}: the real library has it, the fake lacks it"
+        ));
+    }
+    let only_fake: BTreeSet<String> = real_missing.difference(&fake_missing).cloned().collect();
+    let listed: BTreeSet<String> = REAL_H100_SYMBOLS_ONLY_THE_FAKE_HAS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    for s in only_fake.difference(&listed) {
+        findings.push(format!(
+            "symbol {s}: missing from the real 580.159.04 library, exported by the fake, not listed"
+        ));
+    }
+    for s in listed.difference(&only_fake) {
+        findings.push(format!(
+            "symbol {s}: listed in REAL_H100_SYMBOLS_ONLY_THE_FAKE_HAS but no longer a difference"
+        ));
+    }
+    (findings, differing)
+}
+
+#[test]
+fn every_getter_answers_like_the_real_h100_but_the_listed_ones() {
+    let real = real_h100_sweep();
+    let fake = sweep_fake(&fixture(REAL_H100).join("scenario.toml"));
+    assert_eq!(
+        (&fake["gpus"], &fake["migs"]),
+        (&real["gpus"], &real["migs"]),
+        "the scenario should be the real machine's shape"
+    );
+    let (findings, differing) = compare_with_real(&real, &fake);
+    let total = real["calls"].as_object().map_or(0, |c| c.len());
+    println!("{differing} of {total} getters differ from the real H100 (all listed)");
+    assert!(
+        findings.is_empty(),
+        "the fake and the real H100 (driver 580.159.04) differ beyond REAL_H100_DIFFERENCES:\n- {}",
+        findings.join("\n- ")
+    );
+}
+
+/// The comparison catches an unlisted difference, a listed getter that no longer
+/// differs, and a symbol the fake lacks.
+#[test]
+fn the_real_h100_comparison_catches_each_kind_of_difference() {
+    let real = real_h100_sweep();
+    // The real sweep with the listed differences put in: no finding.
+    let mut fake = real.clone();
+    for (name, _) in REAL_H100_DIFFERENCES {
+        fake["calls"][*name] = serde_json::json!({"differs": 1});
+    }
+    fake["symbols"]["missing"] = serde_json::json!([]);
+    let (findings, differing) = compare_with_real(&real, &fake);
+    assert!(findings.is_empty(), "{findings:?}");
+    assert_eq!(differing, REAL_H100_DIFFERENCES.len());
+
+    let mut unlisted = fake.clone();
+    unlisted["calls"]["nvmlDeviceGetRetiredPages"] = serde_json::json!({"ok": 1});
+    let (findings, _) = compare_with_real(&real, &unlisted);
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.starts_with("nvmlDeviceGetRetiredPages: real H100")),
+        "{findings:?}"
+    );
+
+    let mut stale = fake.clone();
+    let (listed, _) = REAL_H100_DIFFERENCES[0];
+    stale["calls"][listed] = real["calls"][listed].clone();
+    let (findings, _) = compare_with_real(&real, &stale);
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.contains("now answers like the real H100")),
+        "{findings:?}"
+    );
+
+    let mut lacking = fake.clone();
+    lacking["symbols"]["missing"] = serde_json::json!(["nvmlDeviceGetRetiredPages"]);
+    let (findings, _) = compare_with_real(&real, &lacking);
+    assert!(
+        findings.iter().any(|f| f.contains("the fake lacks it")),
+        "{findings:?}"
+    );
+}

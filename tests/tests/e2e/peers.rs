@@ -320,10 +320,13 @@ fn all_smi_api_serves_the_simulated_gpus_without_missing_functions() {
             f64::from(e.model.max_sm_clock_mhz),
             0.0,
         );
-        check(
-            "all_smi_gpu_clock_memory_max_mhz",
-            f64::from(e.model.mem_clock_mhz),
-            0.0,
+        // all-smi reads it from nvmlDeviceGetMaxCustomerBoostClock(MEM), which the real
+        // driver answers NOT_SUPPORTED (H100, 580.159.04: only graphics and SM have a
+        // customer boost clock), so it serves none, as on a real node.
+        let memory_max = series_values(&body, "all_smi_gpu_clock_memory_max_mhz", &labels);
+        assert!(
+            memory_max.is_empty(),
+            "all-smi: no memory boost clock exists, yet it serves {memory_max:?} for {labels:?}"
         );
         check(
             "all_smi_gpu_power_limit_current_watts",
