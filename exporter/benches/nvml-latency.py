@@ -94,20 +94,24 @@ def gpm(gpu):
         a, b = pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()
         out["nvmlGpmSampleGet"] = timed(pynvml.nvmlGpmSampleGet, gpu, a)
         pynvml.nvmlGpmSampleGet(gpu, b)
+        # dcgm-exporter's five defaults first, then the other five the exporter serves.
         ids = [pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
                pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
-               pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC]
+               pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, pynvml.NVML_GPM_METRIC_SM_UTIL,
+               pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, pynvml.NVML_GPM_METRIC_FP64_UTIL,
+               pynvml.NVML_GPM_METRIC_FP32_UTIL, pynvml.NVML_GPM_METRIC_FP16_UTIL]
 
-        def metrics():
+        def metrics(n):
             m = pynvml.c_nvmlGpmMetricsGet_t()
             m.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            m.numMetrics = len(ids)
+            m.numMetrics = n
             m.sample1, m.sample2 = a, b
-            for i, mid in enumerate(ids):
+            for i, mid in enumerate(ids[:n]):
                 m.metrics[i].metricId = mid
             pynvml.nvmlGpmMetricsGet(m)
 
-        out["nvmlGpmMetricsGet(5 metrics)"] = timed(metrics)
+        for n in (1, 5, 10):
+            out[f"nvmlGpmMetricsGet({n} metrics)"] = timed(metrics, n)
     except Exception as e:  # noqa: BLE001 - GPM unsupported here, or pynvml differs
         out["error"] = f"{type(e).__name__}: {e}"
     return out
