@@ -399,8 +399,9 @@ impl NvmlSource {
     /// GPM readings of one entity over the interval since its previous sample.
     /// The GPM metrics of `entity` over the last interval, one per [`GPM_METRICS`] entry:
     /// computed only where `wanted` (indexed like it) is set, `NotSupported` elsewhere.
-    /// `nvmlGpmMetricsGet` costs about 250 µs per metric on a real H100 (BENCHMARKS.md),
-    /// so the plan's five of dcgm-exporter's defaults are not ten.
+    /// On a real H100 `nvmlGpmMetricsGet` costs 3.4 µs a metric, except the graphics
+    /// engine's activity (1.24 ms alone; BENCHMARKS.md), so what the plan leaves out
+    /// is not asked.
     fn gpm_read(
         &mut self,
         entity: usize,
