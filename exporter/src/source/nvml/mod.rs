@@ -396,8 +396,7 @@ impl NvmlSource {
         }
     }
 
-    /// GPM readings of one entity over the interval since its previous sample.
-    /// The GPM metrics of `entity` over the last interval, one per [`GPM_METRICS`] entry:
+    /// The GPM metrics of `entity` over the interval since its previous sample, one per [`GPM_METRICS`] entry:
     /// computed only where `wanted` (indexed like it) is set, `NotSupported` elsewhere.
     /// On a real H100 `nvmlGpmMetricsGet` costs 3.4 µs a metric, except the graphics
     /// engine's activity (1.24 ms alone; BENCHMARKS.md), so what the plan leaves out
