@@ -103,20 +103,40 @@ fn scrape_when_complete(
     label: &str,
     gpus: u32,
 ) -> String {
-    wait_for(
-        &format!("{url} serving {marker} for {gpus} GPUs"),
-        Duration::from_secs(60),
-        || {
-            if let Some(status) = process.exited() {
-                panic!("the tool exited ({status}); its log:\n{}", process.log());
-            }
-            let (status, body) = try_get(url, &[]).ok()?;
-            (status == 200
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    loop {
+        if let Some(status) = process.exited() {
+            panic!("the tool exited ({status}); its log:\n{}", process.log());
+        }
+        if let Ok((status, body)) = try_get(url, &[]) {
+            if status == 200
                 && (0..gpus)
-                    .all(|g| !series_values(&body, marker, &[(label, &g.to_string())]).is_empty()))
-            .then_some(body)
-        },
-    )
+                    .all(|g| !series_values(&body, marker, &[(label, &g.to_string())]).is_empty())
+            {
+                return body;
+            }
+            last = body;
+        }
+        // The tool's own log and last answer say why, where a bare timeout would not.
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after 60 s waiting for {url} serving {marker} for {gpus} GPUs; \
+             last body:\n{}\nlog tail:\n{}",
+            last.lines()
+                .filter(|l| l.contains(marker))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            process
+                .log()
+                .lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn assert_no_missing_function(tool: &str, log: &str) {
