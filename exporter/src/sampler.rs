@@ -741,27 +741,19 @@ impl Sampler {
                         d.unsupported[e][*q as usize] = true;
                         tracing::debug!(entity = e, quantity = ?q, "not supported; not asked again");
                     }
-                    Err(ReadError::GpuLost) => {
-                        if !d.lost[e] {
-                            tracing::error!(gpu = d.inventory.entities[e].gpu_index, uuid = %d.inventory.entities[e].uuid, "GPU is lost (fallen off the bus)");
-                        }
-                        d.lost[e] = true;
-                    }
+                    Err(ReadError::GpuLost) => mark_lost(d, e),
                     Err(ReadError::Unavailable(why)) => {
                         return Err(ReadError::Unavailable(why.clone()));
                     }
                     Err(ReadError::Failed(why)) => {
                         failed.get_or_insert_with(|| why.clone());
-                        if let Some((_, _, metrics)) =
-                            self.quantities.iter().find(|(x, _, _)| x == q)
-                        {
-                            for &m in metrics {
-                                if self.field_errors[m] == 0 {
-                                    tracing::warn!(field = self.plan.metrics[m].name, error = %why, "field read failed");
-                                }
-                                self.field_errors[m] += 1;
-                            }
-                        }
+                        count_failure(
+                            &self.quantities,
+                            &self.plan,
+                            &mut self.field_errors,
+                            *q,
+                            why,
+                        );
                     }
                 }
             }
@@ -822,30 +814,19 @@ impl Sampler {
                             d.link_readings[slot].push((*q, *raw));
                         }
                         Err(ReadError::NoValueYet | ReadError::NotSupported) => {}
-                        Err(ReadError::GpuLost) => {
-                            if !d.lost[e] {
-                                tracing::error!(
-                                    gpu = d.inventory.entities[e].gpu_index,
-                                    "GPU is lost (fallen off the bus)"
-                                );
-                            }
-                            d.lost[e] = true;
-                        }
+                        Err(ReadError::GpuLost) => mark_lost(d, e),
                         Err(ReadError::Unavailable(why)) => {
                             return Err(ReadError::Unavailable(why.clone()));
                         }
                         Err(ReadError::Failed(why)) => {
                             failed.get_or_insert_with(|| why.clone());
-                            if let Some((_, _, metrics)) =
-                                self.quantities.iter().find(|(x, _, _)| x == q)
-                            {
-                                for &m in metrics {
-                                    if self.field_errors[m] == 0 {
-                                        tracing::warn!(field = self.plan.metrics[m].name, error = %why, "field read failed");
-                                    }
-                                    self.field_errors[m] += 1;
-                                }
-                            }
+                            count_failure(
+                                &self.quantities,
+                                &self.plan,
+                                &mut self.field_errors,
+                                *q,
+                                why,
+                            );
                         }
                     }
                 }
@@ -1383,6 +1364,35 @@ pub fn run(sampler: Sampler, store: Arc<SnapshotStore>, stop: Receiver<()>) {
             Err(RecvTimeoutError::Timeout) => continue,
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
+    }
+}
+
+/// Mark entity `e` lost (fallen off the bus), logging it the first time.
+fn mark_lost(d: &mut Devices, e: usize) {
+    if !d.lost[e] {
+        let entity = &d.inventory.entities[e];
+        tracing::error!(gpu = entity.gpu_index, uuid = %entity.uuid, "GPU is lost (fallen off the bus)");
+    }
+    d.lost[e] = true;
+}
+
+/// Count a failed read of `q` against every metric it feeds, warning on each metric's
+/// first failure.
+fn count_failure(
+    quantities: &[(Quantity, Scope, Vec<usize>)],
+    plan: &ExportPlan,
+    field_errors: &mut [u64],
+    q: Quantity,
+    why: &str,
+) {
+    let Some((_, _, metrics)) = quantities.iter().find(|(x, _, _)| *x == q) else {
+        return;
+    };
+    for &m in metrics {
+        if field_errors[m] == 0 {
+            tracing::warn!(field = plan.metrics[m].name, error = %why, "field read failed");
+        }
+        field_errors[m] += 1;
     }
 }
 
