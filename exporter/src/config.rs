@@ -80,6 +80,18 @@ pub struct Cli {
     #[cfg_attr(not(feature = "demo"), arg(long, value_name = "PATH"))]
     pub nvml_lib: Option<PathBuf>,
 
+    /// sysfs mount point, as node_exporter's --path.sysfs: GPUs bound to the nvidia
+    /// driver after the start are found under DIR/bus/pci/drivers/nvidia and NVML is
+    /// initialised again for them (no such directory: not checked).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_PATH_SYSFS",
+        hide_env_values = true,
+        value_name = "DIR",
+        default_value = "/sys"
+    )]
+    pub path_sysfs: PathBuf,
+
     /// Answer in OpenMetrics 1.0 when the scraper asks for it (counters then end in _total).
     #[arg(long)]
     pub openmetrics: bool,

@@ -63,9 +63,9 @@ fn all_devices(cli: &Cli) -> Result<Box<dyn GpuSource>> {
     if let Some(path) = &cli.simulate {
         return demo::simulated_source(path);
     }
-    Ok(Box::new(source::nvml::NvmlSource::new(
-        cli.nvml_lib.clone(),
-    )))
+    Ok(Box::new(
+        source::nvml::NvmlSource::new(cli.nvml_lib.clone()).with_sysfs(&cli.path_sysfs),
+    ))
 }
 
 /// Load the counters plan named by `-f` (or the built-in one), logging its warnings; a

@@ -8,6 +8,7 @@ pub mod https;
 pub mod pki;
 pub mod quantity;
 pub mod serving_engine;
+pub mod sysfs;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

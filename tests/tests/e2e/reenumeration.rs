@@ -5,6 +5,7 @@
 //! knows the instant of the change and times the exporter from there by polling. The
 //! times are printed (`re-enumeration CASE: N ms`).
 
+use e2e_tests::sysfs::{CLASS_3D, CLASS_NVSWITCH, FakeSysfs, address_of};
 use e2e_tests::{Exporter, fake_nvml, fixture, get, scratch_dir, series_values, wait_for};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -37,17 +38,24 @@ impl Devices {
 }
 
 fn exporter(dir: &Path, devices: &str) -> (Exporter, Devices) {
+    exporter_of("reenumeration-node.toml", dir, devices, &[])
+}
+
+fn exporter_of(scenario: &str, dir: &Path, devices: &str, args: &[&str]) -> (Exporter, Devices) {
     let cue = Devices(dir.join("devices"));
     cue.set(devices);
     let lib = fake_nvml();
-    let scenario = fixture("reenumeration-node.toml");
+    let scenario = fixture(scenario);
+    let interval = INTERVAL_MS.to_string();
+    let mut all = vec![
+        "--nvml-lib",
+        lib.to_str().expect("utf-8 path"),
+        "-c",
+        &interval,
+    ];
+    all.extend_from_slice(args);
     let e = Exporter::start(
-        &[
-            "--nvml-lib",
-            lib.to_str().expect("utf-8 path"),
-            "-c",
-            &INTERVAL_MS.to_string(),
-        ],
+        &all,
         &[
             ("GPU_SIM_SCENARIO", scenario.to_str().expect("utf-8 path")),
             ("GPU_SIM_DEVICES_FILE", cue.0.to_str().expect("utf-8 path")),
@@ -189,4 +197,108 @@ fn a_node_whose_driver_lists_no_gpu_turns_ready_when_gpus_appear_and_reports_one
         let up = |gpu| series_values(&body, "gpu_exporter_gpu_up", &[("gpu", gpu)]);
         (up("1") == [0.0] && up("0") == [1.0] && fb_series(&e).len() == 4).then_some(())
     });
+}
+
+/// The `gpu` labels of the `DCGM_FI_DEV_FB_USED` series of whole GPUs.
+fn gpus_served(e: &Exporter) -> BTreeSet<String> {
+    fb_series(e)
+        .into_iter()
+        .filter(|(_, gi)| gi.is_empty())
+        .map(|(gpu, _)| gpu)
+        .collect()
+}
+
+fn gpu_set(gpus: &[&str]) -> BTreeSet<String> {
+    gpus.iter().map(|g| g.to_string()).collect()
+}
+
+#[test]
+fn a_gpu_bound_to_the_driver_after_start_shows_and_goes_and_an_nvswitch_changes_nothing() {
+    // The PCI addresses of the scenario's GPUs, from the model the fake serves.
+    let node = gpu_sim::SimNode::new(
+        &gpu_sim::Scenario::load(&fixture("hotadd-node.toml")).expect("scenario"),
+        SystemTime::now(),
+    );
+    let bus_ids: Vec<String> = node.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let addresses: Vec<String> = bus_ids.iter().map(|b| address_of(b)).collect();
+    assert_eq!(addresses.len(), 3);
+    let dir = scratch_dir("reenumeration-hotadd");
+    let sysfs = FakeSysfs::new(&dir.join("sys"));
+    sysfs.bind(&addresses[0], CLASS_3D);
+    sysfs.bind(&addresses[1], CLASS_3D);
+    let root = sysfs.root().to_str().expect("utf-8 path").to_owned();
+    let (e, devices) = exporter_of(
+        "hotadd-node.toml",
+        &dir,
+        "gpus=2\n",
+        &["--path-sysfs", &root],
+    );
+    let body = wait_for("GPUs 0 and 1", MEASURE_FOR, || {
+        (gpus_served(&e) == gpu_set(&["0", "1"])).then(|| e.metrics())
+    });
+    // The fake sysfs names the GPUs the exporter serves.
+    assert!(
+        body.contains(&format!("pci_bus_id=\"{}\"", bus_ids[1])),
+        "{body}"
+    );
+    let log_count = |needle: &str| e.process.log().matches(needle).count();
+    const REINIT: &str = "GPUs bound to the nvidia driver changed";
+    let discovered = log_count("discovered GPUs");
+    let samples = |e: &Exporter| {
+        e2e_tests::sample_value(&e.metrics(), "gpu_exporter_samples_total").unwrap_or(0.0)
+    };
+    let cycles = |n: f64| {
+        let from = samples(&e);
+        wait_for("more cycles", MEASURE_FOR, || {
+            (samples(&e) >= from + n).then_some(())
+        });
+    };
+
+    // The driver has a third GPU, but NVML lists it only from its next initialisation
+    // (as the real library does): nothing shows while sysfs does not change.
+    devices.set("gpus=3\n");
+    cycles(4.0);
+    assert_eq!(gpus_served(&e), gpu_set(&["0", "1"]));
+
+    // It is bound to the nvidia driver: NVML is initialised again and it shows.
+    sysfs.bind(&addresses[2], CLASS_3D);
+    let since = Instant::now();
+    picked_up("a GPU bound to the driver", since, || {
+        (gpus_served(&e) == gpu_set(&["0", "1", "2"])).then_some(())
+    });
+    let log = e.process.log();
+    assert_eq!(log.matches(REINIT).count(), 1, "{log}");
+    let line = log.lines().find(|l| l.contains(REINIT)).unwrap_or_default();
+    let came = format!("came=[\"{}\"] went=[]", addresses[2]);
+    assert!(line.contains(&came), "{line}");
+    assert_eq!(log_count("discovered GPUs"), discovered + 1, "{log}");
+
+    // An NVSwitch bound to the same driver is no GPU: nothing happens.
+    sysfs.bind("0000:05:00.0", CLASS_NVSWITCH);
+    cycles(4.0);
+    let log = e.process.log();
+    assert_eq!(log.matches(REINIT).count(), 1, "{log}");
+    assert_eq!(log_count("discovered GPUs"), discovered + 1, "{log}");
+
+    // The GPU goes (unbound, for vfio-pci or passthrough): after a new initialisation
+    // NVML no longer lists it, so it is gone altogether, not reported lost.
+    devices.set("gpus=2\n");
+    sysfs.unbind(&addresses[2]);
+    let since = Instant::now();
+    picked_up("a GPU unbound from the driver", since, || {
+        let body = e.metrics();
+        (gpus_served(&e) == gpu_set(&["0", "1"])
+            && series_values(&body, "gpu_exporter_gpu_up", &[("gpu", "2")]).is_empty()
+            && series_values(&body, "gpu_exporter_gpu_up", &[("gpu", "1")]) == [1.0])
+        .then_some(())
+    });
+    let log = e.process.log();
+    assert_eq!(log.matches(REINIT).count(), 2, "{log}");
+    let line = log
+        .lines()
+        .filter(|l| l.contains(REINIT))
+        .nth(1)
+        .unwrap_or_default();
+    let went = format!("came=[] went=[\"{}\"]", addresses[2]);
+    assert!(line.contains(&went), "{line}");
 }

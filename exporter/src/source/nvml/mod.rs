@@ -13,10 +13,13 @@
 //! - Process lists are read in one call into buffers kept across cycles, and process
 //!   names once per pid ([`ProcessNames`]).
 //! - XIDs arrive on their own thread ([`events`]).
+//! - GPUs bound to the nvidia driver after NVML was initialised are found in sysfs
+//!   ([`sysfs`]): NVML is initialised again for them.
 
 mod events;
 mod links;
 mod raw;
+mod sysfs;
 
 use super::{
     EntityInfo, GiPlacement, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent,
@@ -43,7 +46,8 @@ use std::path::PathBuf;
 // a DRA driver preparing a claim) and a workload waits for it, so it is found within a
 // cycle. Nothing cheaper tells: a new instance raises no error anywhere. The cost is
 // bounded by the node: 1 call, plus 1 per MIG-capable GPU not in MIG mode and 8 + 1 per
-// instance per GPU in MIG mode; README gives the measured figure.
+// instance per GPU in MIG mode; README gives the measured figure. GPUs NVML has not
+// enumerated yet are found by one sysfs directory listing (`sysfs`, 8–10 µs).
 
 /// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
 /// cycle (as DCGM reads them), instead of one getter call each: ECC totals, retired
@@ -290,6 +294,8 @@ pub struct NvmlSource {
     /// Temperature thresholds by (entity, quantity), read once per discovery: board
     /// constants, and 141 µs a call on a real H100.
     thresholds: HashMap<(usize, Quantity), Result<u32, ReadError>>,
+    /// The GPUs bound to the nvidia driver in sysfs (`--path-sysfs`); none: not checked.
+    bound: Option<sysfs::BoundGpus>,
 }
 
 impl NvmlSource {
@@ -310,7 +316,15 @@ impl NvmlSource {
             event_migs: HashMap::new(),
             xids: None,
             thresholds: HashMap::new(),
+            bound: None,
         }
+    }
+
+    /// Check the GPUs bound to the nvidia driver under this sysfs root every cycle, and
+    /// initialise NVML again when they change (see [`sysfs`]).
+    pub fn with_sysfs(mut self, root: &std::path::Path) -> NvmlSource {
+        self.bound = Some(sysfs::BoundGpus::new(root));
+        self
     }
 
     fn library_name(&self) -> String {
@@ -361,6 +375,16 @@ impl NvmlSource {
         let nvml = self.nvml()?;
         let handle = self.slot(entity)?.handle.ok_or(ReadError::GpuLost)?;
         Ok(handle.device(nvml))
+    }
+
+    /// Take the hot-add check's reference, just before NVML is (re)initialised and
+    /// enumerates: a GPU bound in between costs one more initialisation, never a
+    /// missed GPU. Only where NVML is initialised: a rediscovery without one (a MIG
+    /// layout change) must leave a GPU bound meanwhile to the next check.
+    fn sysfs_reference(&mut self) {
+        if let Some(b) = &mut self.bound {
+            b.check();
+        }
     }
 
     /// Drop everything tied to the current NVML initialisation and inventory: GPM
@@ -647,6 +671,9 @@ impl GpuSource for NvmlSource {
         let layout_only = std::mem::take(&mut self.layout_stale);
         let probed = std::mem::take(&mut self.probed);
         let rediscovery = self.nvml.is_some() && !layout_only && !probed;
+        if !layout_only && !probed {
+            self.sysfs_reference();
+        }
         let nvml = self.init()?;
         // Every cache goes, GPM samples freed before NVML is shut down.
         self.forget();
@@ -836,6 +863,7 @@ impl GpuSource for NvmlSource {
     /// (after a failure, so a reloaded driver is picked up), then count the devices: the
     /// calls a discovery starts with, and nothing per device.
     fn probe(&mut self) -> Result<(), ReadError> {
+        self.sysfs_reference();
         let nvml = match self.nvml {
             None => self.init()?,
             Some(nvml) => {
@@ -971,6 +999,9 @@ impl GpuSource for NvmlSource {
         let Ok(nvml) = self.nvml() else {
             return false;
         };
+        // One directory listing (see `sysfs`); read every cycle so that its reference is
+        // the last check, whatever the path below.
+        let bound = self.bound.as_mut().and_then(|b| b.check());
         if self.device_count == 0 {
             // NVML enumerates GPUs when it is initialised: a node that came up with none
             // (GPUs still bound to vfio-pci, a passthrough GPU attached later, a driver
@@ -988,6 +1019,19 @@ impl GpuSource for NvmlSource {
                 Err(_) => self.layout_stale = true,
             }
             return self.layout_stale;
+        }
+        if let Some(change) = bound {
+            // A GPU bound to or unbound from the driver since the last check: only a new
+            // initialisation lists it (or stops listing it). A change only, never a
+            // difference from NVML's count, which a GPU NVML cannot initialise would make
+            // permanent.
+            tracing::info!(came = ?change.came, went = ?change.went,
+                "GPUs bound to the nvidia driver changed; re-initialising NVML");
+            // As for a node with no GPU: the discovery that follows does not initialise
+            // again, and a failure is the driver's, which that discovery reports.
+            let _ = self.probe();
+            self.layout_stale = true;
+            return true;
         }
         match nvml.device_count() {
             Ok(c) if c != self.device_count => {
