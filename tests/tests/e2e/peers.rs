@@ -14,7 +14,7 @@
 
 use e2e_tests::{
     Process, fake_nvml, free_port, scratch_dir, series_values, target_profile_dir, try_get,
-    wait_for, workspace,
+    workspace,
 };
 use gpu_sim::models::ModelProfile;
 use gpu_sim::{GpuReading, Scenario, SimNode};
