@@ -42,32 +42,10 @@ def timed(fn, *args):
 
 def getters(gpu):
     out = {}
-    import inspect
     import itertools
 
-    for name in sorted(dir(pynvml)):
-        fn = getattr(pynvml, name)
-        if not (callable(fn) and sweep.GETTER.match(name)) or sweep.NOT_GETTER.search(name):
-            continue
-        try:
-            params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect._empty]
-        except (TypeError, ValueError):
-            continue
-        domains = []
-        for i, p in enumerate(params):
-            if i == 0 and p.name in sweep.DEVICE_ARGS:
-                domains.append([gpu])
-            elif p.name == "version" and name in sweep.VERSIONS:
-                domains.append(sweep.VERSIONS[name])
-            elif p.name in sweep.ENUMS and sweep.ENUMS[p.name] is not None:
-                domains.append(sweep.ENUMS[p.name])
-            elif p.name in ("serial", "uuid", "pciBusId"):
-                domains.append([sweep.identity(gpu, p.name)])
-            elif p.name == "memoryClockMHz":
-                domains.append(sweep.memory_clocks(gpu))
-            else:
-                domains = None
-                break
+    for name, fn in sweep.getters():
+        domains = sweep.arg_domains(name, fn, [gpu], [gpu])
         if domains is None or name == "nvmlDeviceGetFieldValues":
             continue
         for args in itertools.product(*domains):

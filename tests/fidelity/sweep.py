@@ -139,33 +139,44 @@ def memory_clocks(gpu):
         return [0]
 
 
-def sweep(gpus, migs):
-    calls = {}
+def getters():
+    """(name, function) of every pynvml getter, by name."""
     for name in sorted(dir(pynvml)):
         fn = getattr(pynvml, name)
-        if not (callable(fn) and GETTER.match(name)) or NOT_GETTER.search(name):
-            continue
-        try:
-            params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect._empty]
-        except (TypeError, ValueError):
-            continue
-        domains = []
-        for i, p in enumerate(params):
-            if i == 0 and p.name in DEVICE_ARGS:
-                domains.append(gpus + migs)
-            elif p.name in ("device1", "device2"):
-                domains.append(gpus[:2])
-            elif p.name == "version" and name in VERSIONS:
-                domains.append(VERSIONS[name])
-            elif p.name in ENUMS and ENUMS[p.name] is not None:
-                domains.append(ENUMS[p.name])
-            elif p.name in ("serial", "uuid", "pciBusId"):
-                domains.append([identity(gpus[0], p.name)])
-            elif p.name == "memoryClockMHz":
-                domains.append(memory_clocks(gpus[0]))
-            else:
-                domains = None
-                break
+        if callable(fn) and GETTER.match(name) and not NOT_GETTER.search(name):
+            yield name, fn
+
+
+def arg_domains(name, fn, devices, gpus):
+    """The values to try for each required argument of getter `name` (the first,
+    a device, from `devices`), or None where one cannot be built."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect._empty]
+    except (TypeError, ValueError):
+        return None
+    domains = []
+    for i, p in enumerate(params):
+        if i == 0 and p.name in DEVICE_ARGS:
+            domains.append(devices)
+        elif p.name in ("device1", "device2"):
+            domains.append(gpus[:2])
+        elif p.name == "version" and name in VERSIONS:
+            domains.append(VERSIONS[name])
+        elif p.name in ENUMS and ENUMS[p.name] is not None:
+            domains.append(ENUMS[p.name])
+        elif p.name in ("serial", "uuid", "pciBusId"):
+            domains.append([identity(gpus[0], p.name)])
+        elif p.name == "memoryClockMHz":
+            domains.append(memory_clocks(gpus[0]))
+        else:
+            return None
+    return domains
+
+
+def sweep(gpus, migs):
+    calls = {}
+    for name, fn in getters():
+        domains = arg_domains(name, fn, gpus + migs, gpus)
         if domains is None:
             continue
         results = {}
