@@ -114,6 +114,7 @@ impl Shared {
         let s = self.state(self.started.elapsed());
         let tokens = self.tokens_total();
         let (counts, sum) = self.ttft.lock().expect("ttft").clone();
+        // TGI's own exposition returned above.
         let (prefix, labels) = match self.kind {
             EngineKind::Vllm => (
                 "vllm",
