@@ -663,6 +663,18 @@ fn tgi_kv_cache_usage_comes_from_its_info_capacity() {
         vec![("tgi-0".to_string(), milli(held / f64::from(TGI_CAPACITY)))]
     };
     converges(&a, &kv, items, want);
+    // external.metrics: the one pod's value is the selector's sum.
+    converges(
+        &a,
+        &format!(
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_kv_cache_usage?labelSelector=replica%3Dt"
+        ),
+        items,
+        || {
+            let held = tgi_held_tokens(tgi.state().kv_cache);
+            vec![(String::new(), milli(held / f64::from(TGI_CAPACITY)))]
+        },
+    );
     wait_for("the script's second step", DEADLINE, || {
         (tgi.elapsed() > Duration::from_secs(8)).then_some(())
     });
