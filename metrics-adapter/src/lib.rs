@@ -277,7 +277,6 @@ fn start_serving(
     let urls: Vec<String> = pods.keys().cloned().collect();
     let pods = Arc::new(ArcSwap::from_pointee(pods));
     let targets = Arc::new(ArcSwap::from_pointee(urls));
-    let reader = ServingReader::new(pods.clone(), mappings, names);
     let opts = scrape::ScrapeOptions {
         targets: targets.clone(),
         interval: cli.scrape_interval,
@@ -289,6 +288,16 @@ fn start_serving(
     };
     let client = scrape::client(&opts)
         .map_err(|e| Error::Config(format!("the serving scrape client: {e}")))?;
+    // TGI's KV-cache capacity comes from its /info, asked with the same client,
+    // timeout and in-flight budget as the scrapes.
+    let info = source::serving::info::TgiInfo::new(Some(source::serving::info::Fetcher {
+        client: client.clone(),
+        timeout: opts.timeout,
+        limits: opts.limits.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        metrics: opts.metrics.clone(),
+    }));
+    let reader = ServingReader::new(pods.clone(), mappings, names).with_info(Arc::new(info));
     tokio::spawn(scrape::run_with(
         opts,
         client,

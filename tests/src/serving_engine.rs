@@ -1,5 +1,5 @@
 //! A simulated LLM serving engine for tests: a real HTTP `/metrics` in the engine's
-//! own text exposition (vLLM's, or SGLang's), whose queue follows a load script the
+//! own text exposition (vLLM's, SGLang's or TGI's), whose queue follows a load script the
 //! test controls. Test infrastructure only: never linked into a shipped binary.
 //!
 //! The load script is a list of steps, each holding from its time (since start) until
@@ -20,7 +20,14 @@ pub enum EngineKind {
     Vllm,
     /// SGLang (`sglang:` families, `model_name` label).
     Sglang,
+    /// Hugging Face TGI (`tgi_` families, no labels): no KV-cache ratio, but the tokens
+    /// the batches hold (`tgi_batch_current_max_tokens`, the script's KV-cache use times
+    /// [`TGI_CAPACITY`]) and `GET /info` with the capacity (`max_batch_total_tokens`).
+    Tgi,
 }
+
+/// The simulated TGI's KV-cache capacity in tokens (`/info`'s `max_batch_total_tokens`).
+pub const TGI_CAPACITY: u32 = 16384;
 
 /// One step of a load script: from `at` on, until the next step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,8 +65,11 @@ struct Shared {
     /// Observations per bucket of [`TTFT_BOUNDS`], then +Inf; and their sum.
     ttft: Mutex<(Vec<u64>, f64)>,
     down: AtomicBool,
+    /// `/info` answers 500 (TGI).
+    info_down: AtomicBool,
     stop: AtomicBool,
     scrapes: AtomicU64,
+    info_requests: AtomicU64,
 }
 
 impl Shared {
@@ -79,16 +89,40 @@ impl Shared {
         (base + rate * since.elapsed().as_secs_f64()).floor()
     }
 
+    /// TGI's `/metrics`: names and types from its router (router/src/server.rs).
+    fn tgi_exposition(&self) -> String {
+        let s = self.state(self.started.elapsed());
+        let tokens = self.tokens_total();
+        format!(
+            "# TYPE tgi_queue_size gauge\ntgi_queue_size {:?}\n\
+             # TYPE tgi_batch_current_size gauge\ntgi_batch_current_size {:?}\n\
+             # TYPE tgi_batch_current_max_tokens gauge\ntgi_batch_current_max_tokens {:?}\n\
+             # TYPE tgi_request_generated_tokens histogram\n\
+             tgi_request_generated_tokens_bucket{{le=\"+Inf\"}} 1.0\n\
+             tgi_request_generated_tokens_sum {tokens:?}\n\
+             tgi_request_generated_tokens_count 1.0\n",
+            s.waiting,
+            s.running,
+            tgi_held_tokens(s.kv_cache),
+        )
+    }
+
     fn exposition(&self) -> String {
+        if self.kind == EngineKind::Tgi {
+            return self.tgi_exposition();
+        }
         let s = self.state(self.started.elapsed());
         let tokens = self.tokens_total();
         let (counts, sum) = self.ttft.lock().expect("ttft").clone();
+        // TGI's own exposition returned above.
         let (prefix, labels) = match self.kind {
             EngineKind::Vllm => (
                 "vllm",
                 format!("engine=\"0\",model_name=\"{}\"", self.model),
             ),
-            EngineKind::Sglang => ("sglang", format!("model_name=\"{}\"", self.model)),
+            EngineKind::Sglang | EngineKind::Tgi => {
+                ("sglang", format!("model_name=\"{}\"", self.model))
+            }
         };
         let (waiting, running, kv) = match self.kind {
             EngineKind::Vllm => (
@@ -96,7 +130,9 @@ impl Shared {
                 "num_requests_running",
                 "kv_cache_usage_perc",
             ),
-            EngineKind::Sglang => ("num_queue_reqs", "num_running_reqs", "token_usage"),
+            EngineKind::Sglang | EngineKind::Tgi => {
+                ("num_queue_reqs", "num_running_reqs", "token_usage")
+            }
         };
         let mut out = String::new();
         let mut gauge = |name: &str, help: &str, value: f64| {
@@ -140,6 +176,12 @@ impl Shared {
     }
 }
 
+/// The tokens a simulated TGI's batches hold at KV-cache use `kv_cache` (whole tokens,
+/// as TGI counts them): the adapter's usage is this over [`TGI_CAPACITY`].
+pub fn tgi_held_tokens(kv_cache: f64) -> f64 {
+    (kv_cache * f64::from(TGI_CAPACITY)).round()
+}
+
 /// A running simulated engine; stops when dropped.
 pub struct SimEngine {
     shared: Arc<Shared>,
@@ -162,8 +204,10 @@ impl SimEngine {
             tokens: Mutex::new((0.0, 0.0, Instant::now())),
             ttft: Mutex::new((vec![0; TTFT_BOUNDS.len() + 1], 0.0)),
             down: AtomicBool::new(false),
+            info_down: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             scrapes: AtomicU64::new(0),
+            info_requests: AtomicU64::new(0),
         });
         let serving = shared.clone();
         let thread = std::thread::spawn(move || {
@@ -233,6 +277,16 @@ impl SimEngine {
         self.shared.down.store(down, Ordering::SeqCst);
     }
 
+    /// Answer 500 to `GET /info` (TGI), or serve it again.
+    pub fn set_info_down(&self, down: bool) {
+        self.shared.info_down.store(down, Ordering::SeqCst);
+    }
+
+    /// `GET /info` requests answered so far (500s included).
+    pub fn info_requests(&self) -> u64 {
+        self.shared.info_requests.load(Ordering::SeqCst)
+    }
+
     /// Scrapes answered so far (503s included).
     pub fn scrapes(&self) -> u64 {
         self.shared.scrapes.load(Ordering::SeqCst)
@@ -265,6 +319,28 @@ fn answer(shared: &Shared, mut stream: TcpStream) {
             Ok(0) | Err(_) => return,
             Ok(n) => request.extend_from_slice(&buf[..n]),
         }
+    }
+    if shared.kind == EngineKind::Tgi && request.starts_with(b"GET /info ") {
+        shared.info_requests.fetch_add(1, Ordering::SeqCst);
+        let (status, body) = if shared.info_down.load(Ordering::SeqCst) {
+            ("500 Internal Server Error", "{}".to_string())
+        } else {
+            // A subset of TGI's Info (router/src/lib.rs).
+            (
+                "200 OK",
+                format!(
+                    "{{\"model_id\":\"{}\",\"max_input_tokens\":4095,\"max_total_tokens\":4096,\"max_batch_total_tokens\":{TGI_CAPACITY},\"version\":\"3.3.0\"}}",
+                    shared.model
+                ),
+            )
+        };
+        let head = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body.as_bytes());
+        return;
     }
     shared.scrapes.fetch_add(1, Ordering::SeqCst);
     let path_ok = request.starts_with(b"GET /metrics");
@@ -315,5 +391,24 @@ mod tests {
         e.set_down(true);
         assert_eq!(crate::get(&e.url()).0, 503);
         assert_eq!(e.scrapes(), 2);
+    }
+
+    #[test]
+    fn tgi_serves_its_held_tokens_and_its_capacity_on_info() {
+        let e = SimEngine::start(EngineKind::Tgi, vec![Step::new(0.0, 5.0, 2.0, 0.25)]);
+        let (status, body) = crate::get(&e.url());
+        assert_eq!(status, 200);
+        assert!(body.contains("tgi_queue_size 5.0\n"), "{body}");
+        assert!(
+            body.contains("tgi_batch_current_max_tokens 4096.0\n"),
+            "{body}"
+        );
+        let info = e.url().replace("/metrics", "/info");
+        let (status, body) = crate::get(&info);
+        assert_eq!(status, 200);
+        assert!(body.contains("\"max_batch_total_tokens\":16384"), "{body}");
+        e.set_info_down(true);
+        assert_eq!(crate::get(&info).0, 500);
+        assert_eq!((e.info_requests(), e.scrapes()), (2, 1));
     }
 }

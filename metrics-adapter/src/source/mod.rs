@@ -59,6 +59,7 @@ pub struct SourceMetrics {
     rejections: Family<ReasonLabel, Counter>,
     round_duration: Histogram,
     signal_reads: Family<SignalLabels, Counter>,
+    info_fetches: Family<ResultLabel, Counter>,
 }
 
 impl Default for SourceMetrics {
@@ -69,6 +70,7 @@ impl Default for SourceMetrics {
             // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
             round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
             signal_reads: Family::default(),
+            info_fetches: Family::default(),
         }
     }
 }
@@ -107,6 +109,22 @@ impl SourceMetrics {
         self.signal_reads.get_or_create(&labels).inc();
     }
 
+    /// One fetch of a TGI engine's `/info` (its KV-cache capacity).
+    pub fn info_fetched(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.info_fetches
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    /// `/info` fetches so far with `ok`'s result (tests).
+    pub fn info_fetches(&self, ok: bool) -> u64 {
+        let result = if ok { "success" } else { "failure" };
+        self.info_fetches
+            .get_or_create(&ResultLabel { result })
+            .get()
+    }
+
     pub fn round_took(&self, took: Duration) {
         self.round_duration.observe(took.as_secs_f64());
     }
@@ -127,6 +145,11 @@ impl SourceMetrics {
             "signal_reads",
             "Reads of each --signal's source (a gateway's /metrics or a PromQL query), by result: success, or failure (the signal then has no value until it reads again)",
             self.signal_reads.clone(),
+        );
+        registry.register(
+            "source_info_fetches",
+            "Fetches of serving engines' /info (TGI's KV-cache capacity), by result: success, or failure (the pod then has no serving_kv_cache_usage until one succeeds); none for the exporters",
+            self.info_fetches.clone(),
         );
         registry.register_with_unit(
             "source_round_duration",

@@ -605,3 +605,85 @@ fn engines_behind_labelled_services_are_discovered() {
         "an unlabelled Service's engine is not scraped"
     );
 }
+
+/// TGI exports no KV-cache ratio: the adapter divides the tokens its batches hold
+/// (`tgi_batch_current_max_tokens`) by `/info`'s `max_batch_total_tokens`. While
+/// `/info` answers 500 the pod has no value (never a 0), the failures are counted, and
+/// the value appears once `/info` recovers; `/info` is not asked once per scrape.
+#[test]
+fn tgi_kv_cache_usage_comes_from_its_info_capacity() {
+    use e2e_tests::serving_engine::{TGI_CAPACITY, tgi_held_tokens};
+    let api = FakeApiServer::start().expect("fake API server");
+    api.apply(pod("tgi-0", "t"));
+    let kubeconfig = scratch_dir("serving-tgi").join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let tgi = SimEngine::start(
+        EngineKind::Tgi,
+        vec![
+            Step::new(0.0, 3.0, 2.0, 0.3),
+            Step::new(8.0, 5.0, 4.0, 0.55),
+        ],
+    );
+    tgi.set_info_down(true);
+    let kubeconfig = kubeconfig.display().to_string();
+    let target = format!("{NS}/tgi-0={}", tgi.url());
+    let a = Adapter::start(&[
+        "--scrape-interval",
+        "400ms",
+        "--kubeconfig",
+        &kubeconfig,
+        "--serving-target",
+        &target,
+    ]);
+    let kv = pods_path("serving_kv_cache_usage", "replica%3Dt");
+    // The pod is scraped (its queue is served) ...
+    converges(
+        &a,
+        &pods_path("serving_requests_waiting", "replica%3Dt"),
+        items,
+        || vec![("tgi-0".to_string(), tgi.state().waiting)],
+    );
+    // ... and /info asked again after a failure: still no KV-cache usage.
+    wait_for("two failed /info requests", DEADLINE, || {
+        (tgi.info_requests() >= 2).then_some(())
+    });
+    let (status, body) = a.get(&kv);
+    assert_eq!(status, 404, "no capacity, no value: {body}");
+    let (_, metrics) = e2e_tests::get(&format!("{}/metrics", a.base));
+    let failures = e2e_tests::sample_value(
+        &metrics,
+        "gpu_metrics_adapter_serving_source_info_fetches_total{result=\"failure\"}",
+    );
+    assert!(failures.is_some_and(|n| n >= 1.0), "{metrics}");
+
+    // /info recovers: held tokens over the capacity, following the script.
+    tgi.set_info_down(false);
+    let want = || {
+        let held = tgi_held_tokens(tgi.state().kv_cache);
+        vec![("tgi-0".to_string(), milli(held / f64::from(TGI_CAPACITY)))]
+    };
+    converges(&a, &kv, items, want);
+    // external.metrics: the one pod's value is the selector's sum.
+    converges(
+        &a,
+        &format!(
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/serving_kv_cache_usage?labelSelector=replica%3Dt"
+        ),
+        items,
+        || {
+            let held = tgi_held_tokens(tgi.state().kv_cache);
+            vec![(String::new(), milli(held / f64::from(TGI_CAPACITY)))]
+        },
+    );
+    wait_for("the script's second step", DEADLINE, || {
+        (tgi.elapsed() > Duration::from_secs(8)).then_some(())
+    });
+    assert_eq!(tgi.state().kv_cache, 0.55);
+    converges(&a, &kv, items, want);
+    // Known: no more /info requests while the pod is scraped on.
+    let (asked, scrapes) = (tgi.info_requests(), tgi.scrapes());
+    wait_for("five more scrapes", DEADLINE, || {
+        (tgi.scrapes() >= scrapes + 5).then_some(())
+    });
+    assert_eq!(tgi.info_requests(), asked, "/info is not asked per scrape");
+}

@@ -14,6 +14,7 @@
 //! engine restarted), or no new request gives no value for those signals, never 0.
 
 pub mod discovery;
+pub mod info;
 pub mod mapping;
 pub mod profiles;
 pub mod text;
@@ -22,8 +23,9 @@ use super::scrape::Reader;
 use crate::error::Error;
 use crate::fleet::{GpuMetric, PodKey, PodValues};
 use arc_swap::ArcSwap;
+use info::TgiInfo;
 use mapping::{Aggregation, Mapping};
-use profiles::{Engine, Signals, delta, quantile};
+use profiles::{Engine, Signals, delta, kv_usage, quantile};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -94,6 +96,8 @@ pub struct ServingReader {
     /// The mapped metrics' names, leaked once at startup ([`GpuMetric::Mapped`]).
     names: Vec<&'static str>,
     previous: Mutex<HashMap<String, Previous>>,
+    /// TGI's KV-cache capacities ([`info`]).
+    info: Arc<TgiInfo>,
 }
 
 impl ServingReader {
@@ -107,7 +111,14 @@ impl ServingReader {
             mappings,
             names,
             previous: Mutex::new(HashMap::new()),
+            info: Arc::new(TgiInfo::new(None)),
         }
+    }
+
+    /// Read TGI targets' KV-cache capacity through `info` (by default none is fetched).
+    pub fn with_info(mut self, info: Arc<TgiInfo>) -> ServingReader {
+        self.info = info;
+        self
     }
 
     /// As the scrape loop's [`Reader`].
@@ -148,8 +159,8 @@ impl ServingReader {
             }
             engine.is_some_and(|e| e.wants(name)) || self.mappings.iter().any(|m| m.family == name)
         })?;
-        let signals = match engines.as_slice() {
-            [engine] => Some(engine.signals(&series)),
+        let mut signals = match engines.as_slice() {
+            [engine] => Some((*engine, engine.signals(&series))),
             [] => None,
             several => {
                 let names: Vec<&str> = several.iter().map(|e| e.name()).collect();
@@ -171,7 +182,16 @@ impl ServingReader {
             ttft: None,
             mapped: BTreeMap::new(),
         };
-        if let Some(s) = &signals {
+        if let Some((engine, s)) = &mut signals {
+            if *engine == Engine::Tgi {
+                // A counter that fell: a new server, whose capacity may differ.
+                let restarted = s
+                    .tokens_total
+                    .zip(before.and_then(|b| b.tokens_total))
+                    .is_some_and(|(n, b)| n < b);
+                let capacity = self.info.capacity(target, restarted, now);
+                s.kv_cache = kv_usage(s.kv_cache_tokens, capacity);
+            }
             signal_values(s, before, now, &mut values);
             current.tokens_total = s.tokens_total;
             current.ttft = s.ttft.clone();
@@ -205,6 +225,7 @@ impl ServingReader {
         if let Ok(mut p) = self.previous.lock() {
             p.retain(|url, _| keep(url));
         }
+        self.info.retain(keep);
     }
 }
 
@@ -353,6 +374,33 @@ mod tests {
         assert_eq!(v.get(&GpuMetric::ServingRequestsWaiting), Some(&1.0));
         assert!(!v.contains_key(&GpuMetric::ServingGenerationTokensPerSecond));
         assert!(!v.contains_key(&GpuMetric::ServingTimeToFirstTokenP50));
+    }
+
+    /// A TGI pod's KV-cache usage is its held tokens over /info's capacity: absent
+    /// until the capacity is known, and again once the engine restarted.
+    #[test]
+    fn tgi_kv_cache_usage_needs_the_info_capacity() {
+        let (r, url) = reader(&[]);
+        let info = Arc::new(TgiInfo::new(None));
+        let r = r.with_info(info.clone());
+        let pod = ("llm".to_string(), "vllm-0".to_string());
+        let tgi = |held: f64, tokens: f64| {
+            format!(
+                "tgi_queue_size 1\ntgi_batch_current_max_tokens {held}\ntgi_request_generated_tokens_sum {tokens}\n"
+            )
+        };
+        let kv = |body: String, at| {
+            r.read(url, "", body.as_bytes(), 100, at).unwrap()[&pod]
+                .values
+                .get(&GpuMetric::ServingKvCacheUsage)
+                .copied()
+        };
+        let t0 = Instant::now();
+        assert_eq!(kv(tgi(2048.0, 100.0), t0), None, "no capacity yet");
+        info.finish(url, Ok(16384.0), t0);
+        assert_eq!(kv(tgi(4096.0, 200.0), t0), Some(0.25));
+        // The tokens counter fell: a new server, its capacity unknown until asked.
+        assert_eq!(kv(tgi(4096.0, 10.0), t0), None);
     }
 
     #[test]

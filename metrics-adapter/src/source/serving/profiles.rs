@@ -6,7 +6,7 @@
 //! |---|---|---|---|---|
 //! | waiting | `vllm:num_requests_waiting` | `sglang:num_queue_reqs` | `tgi_queue_size` | `nv_inference_pending_request_count` |
 //! | running | `vllm:num_requests_running` | `sglang:num_running_reqs` | `tgi_batch_current_size` | `nv_trt_llm_request_metrics{request_type="active"}` (TensorRT-LLM backend) |
-//! | KV cache (0–1) | `vllm:kv_cache_usage_perc`, older `vllm:gpu_cache_usage_perc` | `sglang:token_usage` | none | `nv_trt_llm_kv_cache_block_metrics`: `fraction`, else `used`/`max` |
+//! | KV cache (0–1) | `vllm:kv_cache_usage_perc`, older `vllm:gpu_cache_usage_perc` | `sglang:token_usage` | `tgi_batch_current_max_tokens` / `max_batch_total_tokens` from the engine's `GET /info` ([`super::info`]) | `nv_trt_llm_kv_cache_block_metrics`: `fraction`, else `used`/`max` |
 //! | tokens (counter) | `vllm:generation_tokens_total` | `sglang:generation_tokens_total` | `tgi_request_generated_tokens_sum` | none |
 //! | TTFT (histogram) | `vllm:time_to_first_token_seconds` | `sglang:time_to_first_token_seconds` | none | `nv_inference_first_response_histogram_ms` |
 //!
@@ -74,6 +74,7 @@ impl Engine {
             Engine::Tgi => &[
                 "tgi_queue_size",
                 "tgi_batch_current_size",
+                "tgi_batch_current_max_tokens",
                 "tgi_request_generated_tokens_sum",
             ],
             Engine::Triton => &[
@@ -96,6 +97,7 @@ impl Engine {
                 kv_cache: f("vllm:kv_cache_usage_perc")
                     .mean(None)
                     .or_else(|| f("vllm:gpu_cache_usage_perc").mean(None)),
+                kv_cache_tokens: None,
                 tokens_total: f("vllm:generation_tokens_total").sum(None),
                 ttft: f("vllm:time_to_first_token_seconds_bucket").buckets(1.0),
             },
@@ -103,13 +105,16 @@ impl Engine {
                 waiting: f("sglang:num_queue_reqs").sum(None),
                 running: f("sglang:num_running_reqs").sum(None),
                 kv_cache: f("sglang:token_usage").mean(None),
+                kv_cache_tokens: None,
                 tokens_total: f("sglang:generation_tokens_total").sum(None),
                 ttft: f("sglang:time_to_first_token_seconds_bucket").buckets(1.0),
             },
             Engine::Tgi => Signals {
                 waiting: f("tgi_queue_size").sum(None),
                 running: f("tgi_batch_current_size").sum(None),
+                // The ratio needs the capacity from /info: the reader divides.
                 kv_cache: None,
+                kv_cache_tokens: f("tgi_batch_current_max_tokens").sum(None),
                 tokens_total: f("tgi_request_generated_tokens_sum").sum(None),
                 ttft: None,
             },
@@ -126,6 +131,7 @@ impl Engine {
                     waiting: f("nv_inference_pending_request_count").sum(None),
                     running: f("nv_trt_llm_request_metrics").sum(Some(("request_type", "active"))),
                     kv_cache,
+                    kv_cache_tokens: None,
                     tokens_total: None,
                     // Milliseconds.
                     ttft: f("nv_inference_first_response_histogram_ms_bucket").buckets(1e-3),
@@ -141,11 +147,21 @@ pub struct Signals {
     pub waiting: Option<f64>,
     pub running: Option<f64>,
     pub kv_cache: Option<f64>,
+    /// KV-cache tokens held, where the engine exports no ratio (TGI): the usage is
+    /// this over the capacity ([`kv_usage`]).
+    pub kv_cache_tokens: Option<f64>,
     /// Generated tokens so far (a counter).
     pub tokens_total: Option<f64>,
     /// Time-to-first-token histogram: cumulative (upper bound in seconds, count),
     /// sorted by bound, the last +Inf.
     pub ttft: Option<Vec<(f64, f64)>>,
+}
+
+/// KV-cache usage from the tokens held and the cache's capacity in tokens, 0 to 1;
+/// None without both (never an invented 0).
+pub fn kv_usage(tokens: Option<f64>, capacity: Option<f64>) -> Option<f64> {
+    let (tokens, capacity) = (tokens?, capacity?);
+    (capacity > 0.0 && tokens.is_finite()).then(|| (tokens / capacity).clamp(0.0, 1.0))
 }
 
 /// The series of one family in a scrape.
@@ -296,13 +312,27 @@ mod tests {
     }
 
     #[test]
-    fn tgi_profile_reads_its_fixture_and_serves_no_kv_cache_or_ttft() {
+    fn tgi_profile_reads_its_fixture_and_its_kv_cache_needs_the_capacity() {
         let (engine, s) = signals_of(include_str!("fixtures/tgi.txt"));
         assert_eq!(engine, Engine::Tgi);
         assert_eq!(s.waiting, Some(8.0));
         assert_eq!(s.running, Some(4.0));
         assert_eq!(s.tokens_total, Some(5120.0));
         assert_eq!((s.kv_cache, s.ttft), (None, None));
+        // The fixture's tgi_batch_current_max_tokens over /info's max_batch_total_tokens.
+        assert_eq!(s.kv_cache_tokens, Some(2048.0));
+        assert_eq!(kv_usage(s.kv_cache_tokens, Some(16384.0)), Some(0.125));
+        assert_eq!(
+            kv_usage(s.kv_cache_tokens, None),
+            None,
+            "no capacity, no value"
+        );
+        assert_eq!(
+            kv_usage(s.kv_cache_tokens, Some(1024.0)),
+            Some(1.0),
+            "clamped"
+        );
+        assert_eq!(kv_usage(None, Some(16384.0)), None);
     }
 
     #[test]
