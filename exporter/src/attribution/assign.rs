@@ -831,21 +831,29 @@ mod tests {
         };
         let whole = held(0);
         assert_eq!(&*whole.pod, "train");
-        let labels = whole.dra.expect("claim labels");
         assert_eq!(
-            (
-                labels.claim_name.as_str(),
-                labels.device_name.as_str(),
-                labels.pool_name.as_str()
-            ),
-            ("whole", "gpu-1", "node-a")
+            whole.dra.expect("claim labels").pairs(),
+            [
+                ("dra_claim_name", "whole"),
+                ("dra_claim_namespace", "ml"),
+                ("dra_device_name", "gpu-1"),
+                ("dra_driver_name", "gpu.nvidia.com"),
+                ("dra_pool_name", "node-a"),
+            ]
         );
-        assert_eq!(labels.mig, None);
         let mig = held(2);
         assert_eq!(&*mig.pod, "serve");
         assert_eq!(
-            mig.dra.expect("claim labels").mig,
-            Some(("1g.10gb".to_string(), M1.to_string()))
+            mig.dra.expect("claim labels").pairs(),
+            [
+                ("dra_claim_name", "slice"),
+                ("dra_claim_namespace", "ml"),
+                ("dra_device_name", "gpu-0-mig-1g10gb-19-4"),
+                ("dra_driver_name", "gpu.nvidia.com"),
+                ("dra_mig_device_uuid", M1),
+                ("dra_mig_profile", "1g.10gb"),
+                ("dra_pool_name", "node-a"),
+            ]
         );
         // A device-plugin allocation gets no claim labels.
         assert_eq!(held(3).dra, None);

@@ -317,34 +317,54 @@ mod tests {
 
     #[test]
     fn profile_names_are_spelled_as_in_device_names() {
-        assert_eq!(device_name_profile("1g.10gb"), "1g10gb");
-        assert_eq!(device_name_profile("1g.10gb+me"), "1g10gb-me");
-        assert_eq!(device_name_profile("1c.2g.20gb"), "1c2g20gb");
-        assert_eq!(device_name_profile("7g.141gb"), "7g141gb");
-        // The simulator's spelling, written independently, agrees.
-        for p in ["1g.10gb", "1g.10gb+me", "3g.71gb"] {
-            assert_eq!(device_name_profile(p), gpu_sim::dra_profile_name(p), "{p}");
+        // The spellings NVIDIA's driver publishes (`gpu-0-mig-1g10gb-19-0`, …).
+        let rows = [
+            ("1g.10gb", "1g10gb"),
+            ("1g.10gb+me", "1g10gb-me"),
+            ("1c.2g.20gb", "1c2g20gb"),
+            ("7g.141gb", "7g141gb"),
+            ("3g.71gb", "3g71gb"),
+            ("2g.47gb", "2g47gb"),
+        ];
+        for (profile, want) in rows {
+            assert_eq!(device_name_profile(profile), want, "{profile}");
         }
     }
 
     #[test]
     fn labels_come_byte_sorted_with_mig_ones_only_for_mig() {
         let mut l = DraLabels {
-            claim_name: "c".into(),
+            claim_name: "claim".into(),
             claim_namespace: "ns".into(),
             driver_name: "gpu.nvidia.com".into(),
             pool_name: "node-a".into(),
             device_name: "gpu-0".into(),
             mig: None,
         };
-        let names = |l: &DraLabels| l.pairs().iter().map(|(n, _)| *n).collect::<Vec<_>>();
-        let whole = names(&l);
-        assert_eq!(whole.len(), 5);
-        assert!(whole.is_sorted());
+        assert_eq!(
+            l.pairs(),
+            [
+                ("dra_claim_name", "claim"),
+                ("dra_claim_namespace", "ns"),
+                ("dra_device_name", "gpu-0"),
+                ("dra_driver_name", "gpu.nvidia.com"),
+                ("dra_pool_name", "node-a"),
+            ]
+        );
+        l.device_name = "gpu-0-mig-1g10gb-19-0".into();
         l.mig = Some(("1g.10gb".into(), "MIG-x".into()));
-        let mig = names(&l);
-        assert_eq!(mig.len(), 7);
-        assert!(mig.is_sorted());
+        assert_eq!(
+            l.pairs(),
+            [
+                ("dra_claim_name", "claim"),
+                ("dra_claim_namespace", "ns"),
+                ("dra_device_name", "gpu-0-mig-1g10gb-19-0"),
+                ("dra_driver_name", "gpu.nvidia.com"),
+                ("dra_mig_device_uuid", "MIG-x"),
+                ("dra_mig_profile", "1g.10gb"),
+                ("dra_pool_name", "node-a"),
+            ]
+        );
     }
 
     fn slice(name: &str, pool: &str, devices: &[(&str, Option<&str>)]) -> ResourceSlice {
