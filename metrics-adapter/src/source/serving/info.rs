@@ -196,13 +196,30 @@ mod tests {
     fn the_capacity_is_max_batch_total_tokens() {
         let body = br#"{"model_id":"m","max_batch_total_tokens":16384,"max_input_tokens":4095}"#;
         assert_eq!(parse_capacity(body).unwrap(), 16384.0);
-        for bad in [
-            &br#"{"model_id":"m"}"#[..],
-            br#"{"max_batch_total_tokens":0}"#,
-            br#"{"max_batch_total_tokens":"many"}"#,
-            b"<html>",
+        for (bad, why) in [
+            (
+                &br#"{"model_id":"m"}"#[..],
+                "/info has no positive max_batch_total_tokens",
+            ),
+            (
+                br#"{"max_batch_total_tokens":0}"#,
+                "/info has no positive max_batch_total_tokens",
+            ),
+            (
+                br#"{"max_batch_total_tokens":"many"}"#,
+                "/info has no positive max_batch_total_tokens",
+            ),
+            (
+                b"<html>",
+                "/info is not JSON: expected value at line 1 column 1",
+            ),
         ] {
-            assert!(parse_capacity(bad).is_err());
+            let e = parse_capacity(bad).expect_err(&String::from_utf8_lossy(bad));
+            assert!(
+                matches!(e, Error::Decode(_)) && e.to_string() == why,
+                "{:?}: {e}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

@@ -267,11 +267,7 @@ mod tests {
             assert!(e.contains(why), "{text}: {e}");
         }
         let twice = ["q=x:sum".to_string(), "q=y:sum".to_string()];
-        assert!(
-            parse_all(&twice, &[])
-                .unwrap_err()
-                .to_string()
-                .contains("twice")
-        );
+        let e = parse_all(&twice, &[]).unwrap_err().to_string();
+        assert_eq!(e, "--serving-metric: \"q\" is defined twice");
     }
 }

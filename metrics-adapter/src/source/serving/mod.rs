@@ -428,16 +428,16 @@ mod tests {
             .read(url, "application/vnd.google.protobuf", b"", 100, now)
             .unwrap_err();
         assert!(e.to_string().contains("not the Prometheus text"), "{e}");
-        assert!(
-            r.read(
+        let e = r
+            .read(
                 "http://elsewhere/metrics",
                 "",
                 b"vllm:num_requests_waiting 1",
                 100,
-                now
+                now,
             )
-            .is_err()
-        );
+            .unwrap_err();
+        assert!(e.to_string().contains("no longer a serving target"), "{e}");
         // A user mapping alone makes an unknown engine usable.
         let (r, url) = reader(&["depth=something_else:sum"]);
         let v = r.read(url, "", b"something_else 3\n", 100, now).unwrap();
@@ -456,16 +456,29 @@ mod tests {
         let t = parse_target("llm/vllm-0=http://10.0.0.7:8000/metrics").unwrap();
         assert_eq!(t.pod, ("llm".to_string(), "vllm-0".to_string()));
         assert_eq!(t.url, "http://10.0.0.7:8000/metrics");
-        for bad in [
-            "llm/vllm-0",
-            "vllm-0=http://x/metrics",
-            "LLM/vllm-0=http://x/metrics",
-            "llm/=http://x/metrics",
-            "llm/vllm-0=ftp://x/metrics",
-            "llm/vllm-0=not a url",
-            "a.b/vllm-0=http://x/metrics",
+        for (bad, why) in [
+            ("llm/vllm-0", "no `=`"),
+            ("vllm-0=http://x/metrics", "no `/` in the pod"),
+            (
+                "LLM/vllm-0=http://x/metrics",
+                "the namespace is not a Kubernetes name",
+            ),
+            (
+                "a.b/vllm-0=http://x/metrics",
+                "the namespace is not a Kubernetes name",
+            ),
+            ("llm/=http://x/metrics", "the pod is not a Kubernetes name"),
+            (
+                "llm/vllm-0=ftp://x/metrics",
+                "the URL must be http:// or https:// with a host",
+            ),
+            ("llm/vllm-0=not a url", "the URL does not parse"),
         ] {
-            assert!(parse_target(bad).is_err(), "{bad}");
+            let e = parse_target(bad).map(|t| t.url).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--serving-target {bad:?}: {why} (expected")),
+                "{bad}: {e}"
+            );
         }
     }
 }

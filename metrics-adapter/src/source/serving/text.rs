@@ -150,17 +150,32 @@ vllm:y -Inf
 
     #[test]
     fn malformed_wanted_lines_and_too_many_series_are_refused() {
-        for bad in [
-            &b"vllm:a{x=\"1\" 2"[..],
-            b"vllm:a{x=1} 2",
-            b"vllm:a 2x",
-            b"vllm:a",
-            b"vllm:a{x=\"1\"y=\"2\"} 1",
-            b"\xff",
+        for (bad, why) in [
+            (
+                &b"vllm:a{x=\"1\" 2"[..],
+                "line 1: labels not separated by commas",
+            ),
+            (
+                b"vllm:a 1\nvllm:a{x=1} 2",
+                "line 2: a label value not in quotes",
+            ),
+            (b"vllm:a 2x", "line 1: the value is not a number"),
+            (b"vllm:a", "line 1: no value"),
+            (
+                b"vllm:a{x=\"1\"y=\"2\"} 1",
+                "line 1: labels not separated by commas",
+            ),
+            (b"vllm:a{x=\"1} 1", "line 1: an unterminated label value"),
+            (b"vllm:a{=\"1\"} 1", "line 1: an empty label name"),
+            (b"vllm:a{x} 1", "line 1: a label without a value"),
+            (b"\xff", "the exposition is not UTF-8"),
         ] {
+            let e = parse(bad, 10, |_| true)
+                .map(|s| s.len())
+                .expect_err(&String::from_utf8_lossy(bad));
             assert!(
-                parse(bad, 10, |_| true).is_err(),
-                "{:?}",
+                matches!(e, Error::Decode(_)) && e.to_string().contains(why),
+                "{:?}: {e}",
                 String::from_utf8_lossy(bad)
             );
         }
