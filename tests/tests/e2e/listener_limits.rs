@@ -56,9 +56,60 @@ fn h2_frame_types(mut bytes: &[u8]) -> Vec<u8> {
 
 const GOAWAY: u8 = 0x7;
 
+/// The idle timeout of the tests below: long enough that a connection observed open
+/// for half of it is not an accident of scheduling.
+const IDLE: Duration = Duration::from_secs(2);
+const IDLE_FLAG: &str = "2s";
+
+/// What `stream` has sent so far, or a panic when it is already closed: checked at
+/// once, without waiting, before `IDLE` has passed since `opened`.
+fn still_open(stream: &mut TcpStream, opened: Instant, what: &str) -> Vec<u8> {
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    stream.set_nonblocking(true).expect("non-blocking");
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => panic!(
+                "{what}: closed within {:?} of opening, before half the idle timeout ({:?}) \
+                 could pass, after {received:?}",
+                opened.elapsed(),
+                IDLE / 2
+            ),
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{what}: reset within {:?}: {e}", opened.elapsed()),
+        }
+    }
+    stream.set_nonblocking(false).expect("blocking");
+    assert!(
+        opened.elapsed() < IDLE,
+        "{what}: checked too late to tell ({:?})",
+        opened.elapsed()
+    );
+    received
+}
+
+/// Waits until half of `IDLE` has passed since `opened`, on `stream`: a panic when it
+/// closes before.
+fn open_at_half(stream: &mut TcpStream, opened: Instant, what: &str) -> Vec<u8> {
+    let left = (opened + IDLE / 2).saturating_duration_since(Instant::now());
+    let mut received = read_until_closed(stream, left).err().unwrap_or_else(|| {
+        panic!(
+            "{what}: closed within {:?}, before half the idle timeout ({:?})",
+            opened.elapsed(),
+            IDLE / 2
+        )
+    });
+    received.extend(still_open(stream, opened, what));
+    received
+}
+
 /// A connection that sends nothing, one idle after an HTTP/1.1 keep-alive request, and
-/// HTTP/2 after its preface: each is closed.
+/// HTTP/2 after its preface: each is still open at half the idle timeout (`IDLE`,
+/// counted from before the connection opened, so the server's own clock is later),
+/// and closed after it.
 fn assert_idle_connections_closed(addr: &str, what: &str) {
+    let opened = Instant::now();
     let mut silent = TcpStream::connect(addr).expect("connect");
     let mut keep_alive = TcpStream::connect(addr).expect("connect");
     keep_alive
@@ -68,19 +119,30 @@ fn assert_idle_connections_closed(addr: &str, what: &str) {
     h2.write_all(H2_PREFACE).expect("preface");
 
     assert_eq!(
+        open_at_half(&mut silent, opened, &format!("{what}: silent")),
+        Vec::<u8>::new()
+    );
+    let mut answered = still_open(&mut keep_alive, opened, &format!("{what}: keep-alive"));
+    let mut frames = still_open(&mut h2, opened, &format!("{what}: HTTP/2"));
+
+    assert_eq!(
         read_until_closed(&mut silent, PATIENCE),
         Ok(Vec::new()),
         "{what}: a connection that sends nothing is closed"
     );
-    let answered = read_until_closed(&mut keep_alive, PATIENCE)
-        .unwrap_or_else(|got| panic!("{what}: keep-alive still open after {got:?}"));
+    answered.extend(
+        read_until_closed(&mut keep_alive, PATIENCE)
+            .unwrap_or_else(|got| panic!("{what}: keep-alive still open after {got:?}")),
+    );
     assert!(
         answered.starts_with(b"HTTP/1.1 200"),
         "{what}: {}",
         String::from_utf8_lossy(&answered)
     );
-    let frames = read_until_closed(&mut h2, PATIENCE)
-        .unwrap_or_else(|got| panic!("{what}: HTTP/2 still open after {got:?}"));
+    frames.extend(
+        read_until_closed(&mut h2, PATIENCE)
+            .unwrap_or_else(|got| panic!("{what}: HTTP/2 still open after {got:?}")),
+    );
     assert!(
         h2_frame_types(&frames).contains(&GOAWAY),
         "{what}: HTTP/2 told to go away: {:?}",
@@ -90,7 +152,7 @@ fn assert_idle_connections_closed(addr: &str, what: &str) {
 
 #[test]
 fn the_exporter_closes_idle_connections() {
-    let e = Exporter::start(&["--simulate", "--http-idle-timeout", "500ms"], &[]);
+    let e = Exporter::start(&["--simulate", "--http-idle-timeout", IDLE_FLAG], &[]);
     assert_idle_connections_closed(address(&e.base), "exporter");
 }
 
@@ -106,15 +168,20 @@ fn the_adapter_closes_idle_connections_on_both_ports() {
         "--kubeconfig",
         &kubeconfig,
         "--http-idle-timeout",
-        "500ms",
+        IDLE_FLAG,
     ]);
     assert_idle_connections_closed(address(&a.base), "adapter API");
-    // KEDA's gRPC port: HTTP/2 by prior knowledge, idle after its preface.
+    // KEDA's gRPC port: HTTP/2 by prior knowledge, idle after its preface; open at half
+    // the timeout, closed after it.
     let grpc = a.grpc_address();
+    let opened = Instant::now();
     let mut h2 = TcpStream::connect(address(&grpc)).expect("connect");
     h2.write_all(H2_PREFACE).expect("preface");
-    let frames = read_until_closed(&mut h2, PATIENCE)
-        .unwrap_or_else(|got| panic!("gRPC: HTTP/2 still open after {got:?}"));
+    let mut frames = open_at_half(&mut h2, opened, "gRPC");
+    frames.extend(
+        read_until_closed(&mut h2, PATIENCE)
+            .unwrap_or_else(|got| panic!("gRPC: HTTP/2 still open after {got:?}")),
+    );
     assert!(h2_frame_types(&frames).contains(&GOAWAY), "{frames:?}");
 }
 
