@@ -189,6 +189,19 @@ fn utilization_milli(body: &str) -> i64 {
     e2e_tests::quantity::milli_value(quantity).expect("a quantity")
 }
 
+/// The message of a `NotFound` Status body (empty for any other body).
+fn not_found_message(body: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    match (&v["kind"], &v["reason"]) {
+        (serde_json::Value::String(k), serde_json::Value::String(r))
+            if k == "Status" && r == "NotFound" =>
+        {
+            v["message"].as_str().unwrap_or_default().to_string()
+        }
+        _ => String::new(),
+    }
+}
+
 /// A kB field of /proc/PID/status, in bytes.
 fn status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -290,12 +303,23 @@ fn a_prometheus_answering_huge_garbage_dripping_or_not_at_all_costs_an_error_not
         }
         // Never answered: not ready, and a query says why instead of inventing a value.
         let (status, body) = get(&format!("{}/readyz", adapter.base));
-        assert_eq!(status, 503, "{what}: {body}");
+        assert_eq!(
+            (status, body.as_str()),
+            (503, "no exporter has answered yet"),
+            "{what}"
+        );
         let (status, body) = get(&format!(
             "{}/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/a/gpu_utilization",
             adapter.base
         ));
-        assert!(status == 404 || status == 503, "{what}: {status} {body}");
+        assert_eq!(
+            (status, not_found_message(&body).as_str()),
+            (
+                404,
+                "no fresh gpu_utilization for pods a in ml (0 pods with stale data, 1 without data)"
+            ),
+            "{what}: {body}"
+        );
         // One warning when the source starts failing, not one per round.
         let warnings = adapter
             .process
@@ -390,7 +414,16 @@ fn exporters_answering_huge_garbage_dripping_or_not_at_all_are_dropped_and_the_r
     assert_eq!(utilization_milli(&body), 42_000);
     for namespace in ["huge", "series", "pods"] {
         let (status, body) = served(&adapter, namespace, "p-0");
-        assert_ne!(status, 200, "{namespace}: {body}");
+        assert_eq!(
+            (status, not_found_message(&body)),
+            (
+                404,
+                format!(
+                    "no fresh gpu_utilization for pods p-0 in {namespace} (0 pods with stale data, 1 without data)"
+                )
+            ),
+            "{namespace}: {body}"
+        );
     }
     // One log line per refused target, however many times it is refused.
     let log = adapter.process.log();
