@@ -328,11 +328,11 @@ fn a_gateway_queue_wakes_keda_within_a_second() {
         for round in 1..=5u64 {
             let changed = Instant::now();
             gw.waiting.store(round, Ordering::SeqCst);
-            let up = tokio::time::timeout(Duration::from_secs(1), stream.message())
+            // Only a push that never comes reaches this; the one-second promise is
+            // checked on the measured latencies below.
+            let up = tokio::time::timeout(Duration::from_secs(10), stream.message())
                 .await
-                .unwrap_or_else(|_| {
-                    panic!("round {round}: no push within 1 s of the first request")
-                })
+                .unwrap_or_else(|_| panic!("round {round}: no push within 10 s"))
                 .expect("stream")
                 .expect("open");
             latencies.push(changed.elapsed());
@@ -397,7 +397,10 @@ fn a_gateway_queue_wakes_keda_within_a_second() {
     assert!(count("failure") >= 1.0, "{text}");
     let worst = latencies.iter().max().expect("five rounds");
     eprintln!("gateway queue → StreamIsActive push: {latencies:?}, worst {worst:?}");
-    assert!(*worst < Duration::from_secs(1));
+    assert!(
+        *worst < Duration::from_secs(1),
+        "a waiting request wakes KEDA within a second: {latencies:?}"
+    );
 }
 
 /// The same signal through a Prometheus query: a real Prometheus scrapes the gateway,
