@@ -521,17 +521,23 @@ mod tests {
         ] {
             assert_eq!(parse_size(text).unwrap(), bytes, "{text}");
         }
-        for bad in [
-            "",
-            "0",
-            "16M",
-            "Mi",
-            "-1",
-            "1.5Mi",
-            "16 Mi",
-            "99999999999999999999Gi",
+        for (bad, positive) in [
+            ("", true),
+            ("0", true),
+            ("16M", false),
+            ("Mi", true),
+            ("-1", false),
+            ("1.5Mi", false),
+            ("16 Mi", false),
+            ("99999999999999999999Gi", true),
+            ("17179869184Gi", true),
         ] {
-            assert!(parse_size(bad).is_err(), "{bad:?}");
+            let why = if positive {
+                format!("{bad:?} is not a positive size")
+            } else {
+                format!("{bad:?} is not a size: bytes, or a number with Ki, Mi or Gi")
+            };
+            assert_eq!(parse_size(bad).unwrap_err().to_string(), why);
         }
     }
 

@@ -399,6 +399,13 @@ mod tests {
         assert!(targets_from_slices([&s], "metrics", "http").is_empty());
     }
 
+    /// The refusal of a `NAMESPACE/NAME` whose `part` is not a name.
+    fn not_a_name(text: &str, part: &str) -> String {
+        format!(
+            "{text:?}: {part:?} is not a namespace or Service name (lowercase letters, digits and '-', at most 63)"
+        )
+    }
+
     #[test]
     fn the_exporter_service_flag_is_namespace_slash_name() {
         use crate::config::parse_service;
@@ -408,17 +415,22 @@ mod tests {
             ("gpu-monitoring", "gpu-exporter")
         );
         assert_eq!(s.to_string(), "gpu-monitoring/gpu-exporter");
-        for bad in [
-            "gpu-exporter",
-            "/x",
-            "x/",
-            "a/b/c",
-            "A/b",
-            "a/-b",
-            "a/b c",
-            &"x".repeat(64),
+        let long = format!("a/{}", "x".repeat(64));
+        for (bad, why) in [
+            (
+                "gpu-exporter",
+                "\"gpu-exporter\" is not NAMESPACE/NAME".to_string(),
+            ),
+            ("/x", not_a_name("/x", "")),
+            ("x/", not_a_name("x/", "")),
+            ("a/b/c", not_a_name("a/b/c", "b/c")),
+            ("A/b", not_a_name("A/b", "A")),
+            ("a/-b", not_a_name("a/-b", "-b")),
+            ("a/b c", not_a_name("a/b c", "b c")),
+            (long.as_str(), not_a_name(&long, &"x".repeat(64))),
         ] {
-            assert!(parse_service(bad).is_err(), "{bad}");
+            let e = parse_service(bad).map(|s| s.to_string()).unwrap_err();
+            assert_eq!(e.to_string(), why, "{bad}");
         }
     }
 
