@@ -36,10 +36,10 @@ mod serve;
 pub use client_auth::ClientAuth;
 pub use listen::{ListenAddress, bind};
 pub use pem::{ca_bundle_from_pem, load_ca_bundle, load_cert_chain, load_private_key};
+pub use refusals::{ListenerStats, Refusal, RefusalStreak, STREAK_GAP};
 pub use reload::{
     ReloadError, TlsConfigHandle, watch_files, watch_files_or_notified, watch_server_config,
 };
-pub use refusals::{ListenerStats, Refusal, RefusalStreak, STREAK_GAP};
 pub use serve::{Limits, PeerCertificates, RemoteAddr, serve};
 
 use std::path::PathBuf;

@@ -53,7 +53,10 @@ impl Default for ListenerStats {
     fn default() -> Self {
         ListenerStats {
             refused: Default::default(),
-            streaks: [RefusalStreak::new(STREAK_GAP), RefusalStreak::new(STREAK_GAP)],
+            streaks: [
+                RefusalStreak::new(STREAK_GAP),
+                RefusalStreak::new(STREAK_GAP),
+            ],
         }
     }
 }

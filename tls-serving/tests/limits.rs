@@ -404,7 +404,11 @@ async fn one_address_holds_at_most_its_cap() {
         // The server notices the close on its own time: try again shortly.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(after, Some(200), "a closed connection frees its address's slot");
+    assert_eq!(
+        after,
+        Some(200),
+        "a closed connection frees its address's slot"
+    );
 }
 
 /// The adapter's probes are HTTPS: the reserve's connection does its handshake too.

@@ -115,7 +115,10 @@ impl Telemetry {
         let api_listener = Arc::<tls_serving::ListenerStats>::default();
         let grpc_listener = Arc::<tls_serving::ListenerStats>::default();
         registry.register_collector(Box::new(ListenerCollector {
-            listeners: [("api", api_listener.clone()), ("grpc", grpc_listener.clone())],
+            listeners: [
+                ("api", api_listener.clone()),
+                ("grpc", grpc_listener.clone()),
+            ],
         }));
         Telemetry {
             registry,
