@@ -231,11 +231,11 @@ fn one_clients_idle_sockets_leave_room_for_prometheus() {
         );
     }
     // Every flood connection beyond the cap was refused a regular place, and counted.
-    let refused = format!("gpu_exporter_http_connections_refused_total{{reason=\"per_address\"}}");
+    let refused = "gpu_exporter_http_connections_refused_total{reason=\"per_address\"}";
     let expected = (FLOOD - DEFAULT_PER_ADDRESS) as f64;
     let counted = wait_for("the refusals counted", PATIENCE, || {
         let (_, body) = try_get(&metrics, &[]).ok()?;
-        let n = sample_value(&body, &refused)?;
+        let n = sample_value(&body, refused)?;
         (n >= expected).then_some(n)
     });
     assert_eq!(counted, expected);
