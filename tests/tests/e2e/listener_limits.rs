@@ -250,6 +250,72 @@ fn one_clients_idle_sockets_leave_room_for_prometheus() {
     rt.block_on(async move { drop(flood) });
 }
 
+/// The adapter takes the same cap: on its HTTPS port an address beyond
+/// `--max-connections-per-address` may ask only the health paths, other addresses are
+/// served, and the refusals are counted per listener.
+#[test]
+fn the_adapter_caps_connections_per_address_and_counts_refusals() {
+    let node = KubeNode::start("tests/fixtures/pods-node.toml", "node-a");
+    let e = attributed_exporter(&node, "tests/fixtures/pods-node.toml");
+    let url = e.url("/metrics");
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let a = Adapter::start(&[
+        "--exporter-url",
+        &url,
+        "--kubeconfig",
+        &kubeconfig,
+        "--max-connections-per-address",
+        "2",
+        "--http-idle-timeout",
+        "1m",
+    ]);
+    let to: SocketAddr = address(&a.base).parse().expect("adapter address");
+    let rt = runtime();
+    let flooder = Ipv4Addr::new(127, 0, 0, 2);
+    // Two regular places, then one refused.
+    let idle: Vec<_> = rt.block_on(async {
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            idle.push(connect_from(flooder, to).await.expect("connect"));
+        }
+        idle
+    });
+    let (status, _) = rt
+        .block_on(crate::web_config::get_from(
+            flooder,
+            to,
+            "/metrics",
+            "Basic eDp5",
+        ))
+        .expect("an answer");
+    assert_eq!(
+        status, 503,
+        "beyond its cap, an address gets the health paths only"
+    );
+    let (status, _) = rt
+        .block_on(crate::web_config::get_from(
+            flooder,
+            to,
+            "/livez",
+            "Basic eDp5",
+        ))
+        .expect("an answer");
+    assert_eq!(status, 200, "its probes still pass");
+    let metrics = format!("{}/metrics", a.base);
+    let refused = "gpu_metrics_adapter_http_connections_refused_total{listener=\"api\",reason=\"per_address\"}";
+    let counted = wait_for("the refusals counted", PATIENCE, || {
+        let (status, body) = try_get(&metrics, &[]).ok()?;
+        assert_eq!(status, 200, "another address is served: {body}");
+        let n = sample_value(&body, refused)?;
+        (n >= 3.0).then_some(n)
+    });
+    assert_eq!(
+        counted, 3.0,
+        "the third idle connection and the two requests"
+    );
+    rt.block_on(async move { drop(idle) });
+}
+
 /// Issue 27: 256 clients, each from its own address and each under every per-address
 /// limit, send wrong passwords. A user whose first request comes during the flood (a
 /// restarted Prometheus) was answered 429 on every scrape. Once each flooding address
