@@ -129,7 +129,8 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// HTTP/1.1 and HTTP/2 (by ALPN, or by prior knowledge on plain connections, which gRPC
 /// clients use) are both served; a TLS configuration whose ALPN list lacks `h2` gets
 /// HTTP/1.1 only. Errors of one connection end only that connection. `limits` bounds
-/// every connection's idle time and their number.
+/// every connection's idle time and their number, in all and per client address, and
+/// counts what it refuses in `limits.stats`.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsConfigHandle>,
