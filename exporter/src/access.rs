@@ -39,14 +39,20 @@ pub const RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// 50–250 ms of CPU at the usual costs, and Prometheus sends the same credentials every
 /// scrape. Unlike exporter-toolkit, failures are not remembered, so a flood of wrong
 /// passwords cannot evict the real ones and push Prometheus behind the bcrypt queue.
-/// The cache is per configuration: a reload starts a new one.
+/// A reload keeps the entries of users whose hash it does not change (a certificate
+/// rotation rewrites the file with the same users).
 const VERDICT_CACHE_ENTRIES: usize = 100;
 
-/// Requests that may wait for the one bcrypt slot; more are answered 429 at once, so a
-/// flood of unknown credentials queues at most this many checks (about a second at
-/// cost 10) ahead of a first-time legitimate client, and holds no memory or sockets
-/// waiting.
+/// Requests that may wait for the one bcrypt slot, per lane (see [`Lane`]); more are
+/// answered 429 at once, so a flood queues at most this many checks, and holds no
+/// memory or sockets waiting.
 const BCRYPT_QUEUE: usize = 8;
+
+/// How long a client whose password check failed waits in the failing lane: its
+/// checks no longer go ahead of those of clients that have not failed. An attacker
+/// gets one check in the clean lane per address per this long; a user who mistyped
+/// is served in the failing lane meanwhile.
+const FAILING_FOR: Duration = Duration::from_secs(600);
 
 /// Failed password checks a client may make at once, and how fast its allowance grows
 /// back: 10, then one every 6 s. Past that it is answered 429 with `Retry-After` before
@@ -75,13 +81,20 @@ const DEFAULT_DECOY_COST: u32 = 10;
 pub struct Guard {
     policy: ArcSwap<Policy>,
     /// One bcrypt check at a time, as exporter-toolkit's mutex: a flood of wrong
-    /// passwords costs at most one core, and never an async worker.
+    /// passwords costs at most one core, and never an async worker. FIFO.
     bcrypt: Semaphore,
-    /// Requests holding or waiting for `bcrypt`.
-    bcrypt_queue: std::sync::atomic::AtomicUsize,
+    /// Held by the failing lane's request waiting for or holding `bcrypt`, so at most
+    /// one of them is ever in `bcrypt`'s queue: a clean request waits for at most one
+    /// failing check, whatever the flood.
+    failing_gate: Semaphore,
+    /// Requests holding or waiting for `bcrypt`, per lane ([`Lane::index`]).
+    bcrypt_queue: [std::sync::atomic::AtomicUsize; 2],
     /// Per client: failed checks and checks in the queue. Kept across reloads, so a
     /// reload does not hand a flooding client a new allowance.
     clients: Mutex<LruCache<IpAddr, ClientState>>,
+    /// Logs answers of 429 once per streak, per cause.
+    busy_log: tls_serving::RefusalStreak,
+    limited_log: tls_serving::RefusalStreak,
 }
 
 /// One client's standing with the password check.
@@ -90,6 +103,28 @@ struct ClientState {
     failures: TokenBucket,
     /// Its requests waiting for or holding the bcrypt slot.
     queued: u32,
+    /// When its last check failed.
+    failed_at: Option<Instant>,
+}
+
+/// Which queue a bcrypt check waits in. Clients that have not failed a check for
+/// [`FAILING_FOR`] go ahead of those that have, so a flood of wrong passwords, once
+/// each of its addresses has failed, cannot keep a credential not yet verified (a
+/// restarted Prometheus, a new user) waiting: the clean lane waits for at most one
+/// failing check (see `Guard::failing_gate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Clean,
+    Failing,
+}
+
+impl Lane {
+    fn index(self) -> usize {
+        match self {
+            Lane::Clean => 0,
+            Lane::Failing => 1,
+        }
+    }
 }
 
 /// The key a client is tracked by: its IPv4 address, or the /64 of its IPv6 address (one
@@ -131,6 +166,25 @@ struct Policy {
 }
 
 impl Policy {
+    /// The policy of `config`, keeping `previous`'s verified credentials of the users
+    /// whose hash is unchanged.
+    fn with_verdicts_of(config: &WebConfig, previous: &Policy) -> Policy {
+        let policy = Policy::new(config);
+        if let (Ok(old), Ok(mut new)) = (previous.verdicts.lock(), policy.verdicts.lock()) {
+            // Least recently used first, so the order carries over.
+            for ((user, password), verdict) in old.iter().rev() {
+                let same_hash = previous
+                    .users
+                    .get(user)
+                    .is_some_and(|hash| policy.users.get(user) == Some(hash));
+                if same_hash {
+                    new.put((user.clone(), password.clone()), *verdict);
+                }
+            }
+        }
+        policy
+    }
+
     fn new(config: &WebConfig) -> Policy {
         Policy {
             users: config.users.clone(),
@@ -206,18 +260,21 @@ impl Guard {
         Guard {
             policy: ArcSwap::from_pointee(Policy::new(config)),
             bcrypt: Semaphore::new(1),
-            bcrypt_queue: std::sync::atomic::AtomicUsize::new(0),
+            failing_gate: Semaphore::new(1),
+            bcrypt_queue: Default::default(),
             clients: Mutex::new(LruCache::new(
                 NonZeroUsize::new(CLIENT_TABLE_ENTRIES).unwrap_or(NonZeroUsize::MIN),
             )),
+            busy_log: tls_serving::RefusalStreak::new(tls_serving::STREAK_GAP),
+            limited_log: tls_serving::RefusalStreak::new(tls_serving::STREAK_GAP),
         }
     }
 
     /// Before a bcrypt check: whether `client` may make one now, and if so its place in
-    /// its share of the queue (released by [`Guard::leave_client_queue`]).
-    fn enter_client_queue(&self, client: IpAddr, now: Instant) -> Result<(), Verdict> {
+    /// its share of the queue (released by [`Guard::leave_client_queue`]) and its lane.
+    fn enter_client_queue(&self, client: IpAddr, now: Instant) -> Result<Lane, Verdict> {
         let Ok(mut clients) = self.clients.lock() else {
-            return Ok(());
+            return Ok(Lane::Failing);
         };
         let state = clients.get_or_insert_mut(client, || ClientState {
             failures: TokenBucket::new(
@@ -228,6 +285,7 @@ impl Guard {
                 now,
             ),
             queued: 0,
+            failed_at: None,
         });
         if let Some(wait) = state.failures.wait_for_token(now) {
             return Err(Verdict::Limited(wait));
@@ -236,7 +294,10 @@ impl Guard {
             return Err(Verdict::Busy);
         }
         state.queued += 1;
-        Ok(())
+        let failing = state
+            .failed_at
+            .is_some_and(|at| now.saturating_duration_since(at) < FAILING_FOR);
+        Ok(if failing { Lane::Failing } else { Lane::Clean })
     }
 
     /// After a bcrypt check (or a request that gave up waiting): the client leaves its
@@ -248,18 +309,22 @@ impl Guard {
             state.queued = state.queued.saturating_sub(1);
             if failed {
                 state.failures.take(now);
+                state.failed_at = Some(now);
             }
         }
     }
 
-    /// Apply a reloaded configuration (users, headers, SANs, rate limit).
+    /// Apply a reloaded configuration (users, headers, SANs, rate limit). Credentials
+    /// verified under the previous one stay verified while their user's hash is the same.
     pub fn update(&self, config: &WebConfig) {
-        self.policy.store(Arc::new(Policy::new(config)));
+        let previous = self.policy.load_full();
+        self.policy
+            .store(Arc::new(Policy::with_verdicts_of(config, &previous)));
     }
 
     /// Verified credentials pass at once. Anything else needs a bcrypt check: first the
-    /// client's own limits (its failed attempts, its share of the queue), then the
-    /// shared bounded queue for the one bcrypt slot.
+    /// client's own limits (its failed attempts, its share of the queue), then its
+    /// lane's bounded queue for the one bcrypt slot.
     async fn authenticate(
         &self,
         policy: Arc<Policy>,
@@ -272,21 +337,22 @@ impl Guard {
         if policy.verified(&key) {
             return Verdict::Allowed;
         }
-        if let Err(verdict) = self.enter_client_queue(client, Instant::now()) {
-            return verdict;
-        }
-        // Leaves the client's share and the shared queue however this future ends (a
+        let lane = match self.enter_client_queue(client, Instant::now()) {
+            Ok(lane) => lane,
+            Err(verdict) => return verdict,
+        };
+        // Leaves the client's share and its lane's queue however this future ends (a
         // client that hangs up drops it); a failed check counts against the client.
         struct Leave<'a> {
             guard: &'a Guard,
             client: IpAddr,
-            in_shared_queue: bool,
+            in_queue: Option<Lane>,
             failed: bool,
         }
         impl Drop for Leave<'_> {
             fn drop(&mut self) {
-                if self.in_shared_queue {
-                    self.guard.bcrypt_queue.fetch_sub(1, Ordering::AcqRel);
+                if let Some(lane) = self.in_queue {
+                    self.guard.bcrypt_queue[lane.index()].fetch_sub(1, Ordering::AcqRel);
                 }
                 self.guard
                     .leave_client_queue(self.client, self.failed, Instant::now());
@@ -295,14 +361,23 @@ impl Guard {
         let mut leave = Leave {
             guard: self,
             client,
-            in_shared_queue: false,
+            in_queue: None,
             failed: false,
         };
-        if self.bcrypt_queue.fetch_add(1, Ordering::AcqRel) >= BCRYPT_QUEUE {
-            self.bcrypt_queue.fetch_sub(1, Ordering::AcqRel);
+        let queue = &self.bcrypt_queue[lane.index()];
+        if queue.fetch_add(1, Ordering::AcqRel) >= BCRYPT_QUEUE {
+            queue.fetch_sub(1, Ordering::AcqRel);
             return Verdict::Busy;
         }
-        leave.in_shared_queue = true;
+        leave.in_queue = Some(lane);
+        // Held until the check is done (dropped after `_permit`).
+        let _gate = match lane {
+            Lane::Clean => None,
+            Lane::Failing => match self.failing_gate.acquire().await {
+                Ok(gate) => Some(gate),
+                Err(_) => return Verdict::Denied,
+            },
+        };
         let Ok(_permit) = self.bcrypt.acquire().await else {
             return Verdict::Denied;
         };
@@ -359,9 +434,24 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
         };
         match verdict {
             Verdict::Allowed => next.run(request).await,
-            Verdict::Busy => too_many_requests(Duration::from_secs(1)),
+            Verdict::Busy => {
+                if guard.busy_log.begins(Instant::now()) {
+                    tracing::warn!(
+                        %client,
+                        queue = BCRYPT_QUEUE,
+                        "password checks refused with 429: the bcrypt queue is full (a flood of credentials not verified yet?); logged once per streak"
+                    );
+                }
+                too_many_requests(Duration::from_secs(1))
+            }
             Verdict::Limited(wait) => {
-                tracing::debug!(%client, "too many failed password checks from this client");
+                if guard.limited_log.begins(Instant::now()) {
+                    tracing::warn!(
+                        %client,
+                        allowed_failures = CLIENT_FAILURE_BURST,
+                        "password checks refused with 429: a client used up its failed attempts; logged once per streak"
+                    );
+                }
                 too_many_requests(wait)
             }
             Verdict::Denied => {
@@ -583,9 +673,7 @@ mod tests {
                 Verdict::Denied
             );
         }
-        let queue_before = guard
-            .bcrypt_queue
-            .load(std::sync::atomic::Ordering::Acquire);
+        let queue_before = guard.queued();
         match check(attacker, "one-more-guess").await {
             Verdict::Limited(wait) => assert!(
                 wait > Duration::ZERO && wait <= CLIENT_FAILURE_REFILL,
@@ -594,9 +682,7 @@ mod tests {
             other => panic!("not limited: {other:?}"),
         }
         assert_eq!(
-            guard
-                .bcrypt_queue
-                .load(std::sync::atomic::Ordering::Acquire),
+            guard.queued(),
             queue_before,
             "a limited client never reaches the bcrypt queue"
         );
@@ -702,6 +788,27 @@ mod tests {
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
     }
 
+    /// Lets the other tasks run until `condition` holds; panics after 10 s.
+    async fn until(condition: impl Fn() -> bool) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !condition() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the condition within 10 s");
+    }
+
+    impl Guard {
+        /// Requests waiting for or holding the bcrypt slot, both lanes.
+        fn queued(&self) -> usize {
+            self.bcrypt_queue
+                .iter()
+                .map(|q| q.load(std::sync::atomic::Ordering::Acquire))
+                .sum()
+        }
+    }
+
     fn header_map(value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
         h.insert(
@@ -750,31 +857,110 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_bcrypt_queue_answers_busy_at_once() {
+        use std::sync::atomic::Ordering;
         let guard = guard_for("prom", "secret");
         let policy = guard.policy.load_full();
+        let clean = &guard.bcrypt_queue[Lane::Clean.index()];
         // Fill the queue as waiting requests would: the next one is turned away without
         // a bcrypt check, and one leaving makes room again.
-        guard
-            .bcrypt_queue
-            .store(BCRYPT_QUEUE, std::sync::atomic::Ordering::Release);
+        clean.store(BCRYPT_QUEUE, Ordering::Release);
         let busy = guard
             .authenticate(policy.clone(), LOCAL, "prom".into(), b"secret".to_vec())
             .await;
         assert_eq!(busy, Verdict::Busy);
-        guard
-            .bcrypt_queue
-            .store(BCRYPT_QUEUE - 1, std::sync::atomic::Ordering::Release);
+        clean.store(BCRYPT_QUEUE - 1, Ordering::Release);
         let ok = guard
             .authenticate(policy.clone(), LOCAL, "prom".into(), b"secret".to_vec())
             .await;
         assert_eq!(ok, Verdict::Allowed);
         assert_eq!(
-            guard
-                .bcrypt_queue
-                .load(std::sync::atomic::Ordering::Acquire),
+            clean.load(Ordering::Acquire),
             BCRYPT_QUEUE - 1,
             "the check left the queue"
         );
+    }
+
+    /// Issue 27: a flood whose every address has failed fills the failing lane; a
+    /// client that has not failed still gets its check, ahead of the flood's.
+    #[tokio::test]
+    async fn a_full_failing_lane_does_not_hold_back_a_client_that_has_not_failed() {
+        use std::sync::atomic::Ordering;
+        let guard = guard_for("prom", "secret");
+        let policy = guard.policy.load_full();
+        let attacker = IpAddr::from([10, 9, 0, 1]);
+        let check = |client: IpAddr, pw: &str| {
+            guard.authenticate(policy.clone(), client, "prom".to_string(), pw.into())
+        };
+        assert_eq!(check(attacker, "guess").await, Verdict::Denied);
+        guard.bcrypt_queue[Lane::Failing.index()].store(BCRYPT_QUEUE, Ordering::Release);
+        assert_eq!(
+            check(attacker, "another").await,
+            Verdict::Busy,
+            "a client that failed waits in the failing lane"
+        );
+        assert_eq!(
+            check(IpAddr::from([10, 9, 0, 2]), "secret").await,
+            Verdict::Allowed,
+            "a client that has not failed is not behind the flood"
+        );
+    }
+
+    /// A clean check waits for at most one failing check, however many are queued.
+    #[tokio::test]
+    async fn a_clean_check_goes_ahead_of_queued_failing_checks() {
+        let guard = Arc::new(guard_for("prom", "secret"));
+        let policy = guard.policy.load_full();
+        let t0 = Instant::now();
+        for i in 1..=4u8 {
+            let client = IpAddr::from([10, 8, 0, i]);
+            guard.enter_client_queue(client, t0).expect("allowed");
+            guard.leave_client_queue(client, true, t0);
+        }
+        // The slot is busy; four failing checks queue for it.
+        let slot = guard.bcrypt.acquire().await.expect("slot");
+        let mut failing = Vec::new();
+        for i in 1..=4u8 {
+            let (guard, policy) = (guard.clone(), policy.clone());
+            failing.push(tokio::spawn(async move {
+                let client = IpAddr::from([10, 8, 0, i]);
+                guard
+                    .authenticate(policy, client, "prom".into(), b"wrong".to_vec())
+                    .await
+            }));
+        }
+        // Each failing check entered its lane before the clean one arrives.
+        let queued = |lane: Lane| {
+            guard.bcrypt_queue[lane.index()].load(std::sync::atomic::Ordering::Acquire)
+        };
+        until(|| queued(Lane::Failing) == 4).await;
+        let clean = {
+            let (guard, policy) = (guard.clone(), policy.clone());
+            tokio::spawn(async move {
+                let verdict = guard
+                    .authenticate(
+                        policy,
+                        IpAddr::from([10, 8, 1, 1]),
+                        "prom".into(),
+                        b"secret".to_vec(),
+                    )
+                    .await;
+                let done = guard.bcrypt_queue[Lane::Failing.index()]
+                    .load(std::sync::atomic::Ordering::Acquire);
+                (verdict, done)
+            })
+        };
+        until(|| queued(Lane::Clean) == 1).await;
+        drop(slot);
+        let (verdict, failing_left) = clean.await.expect("clean check");
+        assert_eq!(verdict, Verdict::Allowed);
+        assert!(
+            failing_left >= 3,
+            "the clean check waited behind {} failing checks",
+            4 - failing_left
+        );
+        for f in failing {
+            assert_eq!(f.await.expect("failing check"), Verdict::Denied);
+        }
     }
 
     #[test]
@@ -880,13 +1066,60 @@ mod tests {
         assert_eq!(check("bob", b"secret").await, Verdict::Denied);
         assert!(policy.verified(&("alice".into(), b"secret".to_vec())));
         assert!(!policy.verified(&("alice".into(), b"wrong".to_vec())));
-        // A reload starts afresh.
+        // A reload with the same hash (a certificate rotation) keeps it verified.
         guard.update(&config);
         assert!(
-            !guard
+            guard
                 .policy
                 .load()
                 .verified(&("alice".into(), b"secret".to_vec()))
         );
+    }
+
+    #[test]
+    fn a_reload_keeps_verified_credentials_only_while_their_hash_is_unchanged() {
+        let config = |alice: &str, bob: &str| {
+            let hash = |pw: &str| {
+                bcrypt::hash_with_salt(pw, 4, [7; 16])
+                    .expect("hash")
+                    .to_string()
+            };
+            WebConfig::parse(
+                &format!(
+                    "basic_auth_users:\n  alice: '{}'\n  bob: '{}'\n",
+                    hash(alice),
+                    hash(bob)
+                ),
+                Path::new("web.yml"),
+            )
+            .expect("config")
+        };
+        let guard = Guard::new(&config("a-secret", "b-secret"));
+        let alice = ("alice".to_string(), b"a-secret".to_vec());
+        let bob = ("bob".to_string(), b"b-secret".to_vec());
+        let policy = guard.policy.load_full();
+        policy.remember(alice.clone(), true);
+        policy.remember(bob.clone(), true);
+        // The same users and hashes, reloaded (a rotated certificate): both kept.
+        guard.update(&config("a-secret", "b-secret"));
+        assert!(guard.policy.load().verified(&alice));
+        assert!(guard.policy.load().verified(&bob));
+        // Bob's password changes: only his verdict goes.
+        guard.update(&config("a-secret", "b-new"));
+        assert!(guard.policy.load().verified(&alice));
+        assert!(!guard.policy.load().verified(&bob));
+        // A user removed and added back with the same hash is not verified in between,
+        // so nothing carries over.
+        let only_bob = WebConfig::parse(
+            &format!(
+                "basic_auth_users:\n  bob: '{}'\n",
+                bcrypt::hash_with_salt("b-new", 4, [7; 16]).expect("hash")
+            ),
+            Path::new("web.yml"),
+        )
+        .expect("config");
+        guard.update(&only_bob);
+        guard.update(&config("a-secret", "b-new"));
+        assert!(!guard.policy.load().verified(&alice));
     }
 }

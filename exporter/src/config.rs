@@ -196,6 +196,13 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
 
+    /// Connections served at once from one client address, within
+    /// --max-connections, so one client cannot take every slot; its further connections
+    /// may only ask the health paths. Raise it when many clients share one address (a
+    /// proxy, SNAT).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections_per_address: u32,
+
     /// Streams an HTTP/2 client may have open at once on one connection.
     #[arg(long, value_name = "N", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub http2_max_streams_per_connection: u32,
@@ -427,6 +434,7 @@ impl Cli {
             idle_timeout: self.http_idle_timeout,
             handshake_timeout: self.tls_handshake_timeout,
             max_connections: self.max_connections as usize,
+            max_connections_per_address: self.max_connections_per_address as usize,
             http2_max_concurrent_streams: self.http2_max_streams_per_connection,
             health_paths: health_paths.iter().map(|p| p.to_string()).collect(),
             ..tls_serving::Limits::default()

@@ -43,6 +43,8 @@ pub struct AppState {
     scrapes: AtomicU64,
     scrape_nanos: AtomicU64,
     scrape_buckets: [AtomicU64; SCRAPE_BUCKETS.len()],
+    /// The listener's refusals, served with each scrape.
+    pub listener: Arc<tls_serving::ListenerStats>,
 }
 
 impl AppState {
@@ -54,6 +56,7 @@ impl AppState {
             scrapes: AtomicU64::new(0),
             scrape_nanos: AtomicU64::new(0),
             scrape_buckets: Default::default(),
+            listener: Arc::default(),
         }
     }
 
@@ -62,6 +65,7 @@ impl AppState {
             buckets: std::array::from_fn(|i| self.scrape_buckets[i].load(Ordering::Relaxed)),
             scrapes: self.scrapes.load(Ordering::Relaxed),
             duration_seconds_sum: self.scrape_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+            connections_refused: self.listener.refused_counts(),
         }
     }
 

@@ -308,7 +308,8 @@ pub fn run(cli: Cli) -> Result<()> {
     let state = Arc::new(http::AppState::new(store, cli.interval(), cli.openmetrics));
     let address = cli.address.clone();
     // Probes carry no credentials, so the paths open to everyone are the health paths.
-    let limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
+    let mut limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
+    limits.stats = state.listener.clone();
     let served = runtime.block_on(async move {
         let listener = match activated {
             Some(socket) => socket

@@ -416,7 +416,8 @@ async fn serve_grpc(
     let scaler = keda::Scaler::new(state, cli.scrape_interval);
     // No health paths on the gRPC port, so no reserve. KEDA's connections get the HTTP/2
     // limits and server pings of every listener (tls_serving::Limits).
-    let limits = cli.listener_limits(&[]);
+    let mut limits = cli.listener_limits(&[]);
+    limits.stats = telemetry.grpc_listener.clone();
     let grpc = tonic::service::Routes::new(
         keda::proto::external_scaler_server::ExternalScalerServer::new(scaler),
     )
@@ -457,7 +458,8 @@ async fn serve_api(
     let listener = listen(cli, cli.secure_port).await?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, tls = tls.is_some(), "listening");
-    let limits = cli.listener_limits(HEALTH_PATHS);
+    let mut limits = cli.listener_limits(HEALTH_PATHS);
+    limits.stats = telemetry.api_listener.clone();
     Ok(tls_serving::serve(listener, tls, api, limits, stopping(stopped)).await?)
 }
 

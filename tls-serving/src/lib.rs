@@ -12,9 +12,10 @@
 //!   [`PeerCertificates`] as an extension.
 //! - Every connection is bounded ([`Limits`]): an idle timeout from accept to the
 //!   first request and between requests (HTTP/1.1 keep-alive, HTTP/2 with no open
-//!   stream, after a TLS handshake), a handshake timeout, a cap on connections with a
-//!   small reserve that answers only the health paths, an HTTP/2 stream limit and
-//!   server pings.
+//!   stream, after a TLS handshake), a handshake timeout, a cap on connections and one
+//!   per client address with a small reserve that answers only the health paths, an
+//!   HTTP/2 stream limit and server pings. Refusals are counted ([`ListenerStats`]) and
+//!   logged once per streak ([`RefusalStreak`]).
 //! - Plain HTTP sent to a TLS port gets Go's answer, a `400` saying so, instead of a
 //!   hung or reset connection.
 //! - [`ClientAuth`] covers exporter-toolkit's five client-certificate policies plus the
@@ -28,12 +29,14 @@
 mod client_auth;
 mod listen;
 mod pem;
+mod refusals;
 mod reload;
 mod serve;
 
 pub use client_auth::ClientAuth;
 pub use listen::{ListenAddress, bind};
 pub use pem::{ca_bundle_from_pem, load_ca_bundle, load_cert_chain, load_private_key};
+pub use refusals::{ListenerStats, Refusal, RefusalStreak, STREAK_GAP};
 pub use reload::{
     ReloadError, TlsConfigHandle, watch_files, watch_files_or_notified, watch_server_config,
 };

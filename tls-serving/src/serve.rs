@@ -1,12 +1,13 @@
 //! The accept loop: TCP, optional TLS, HTTP/1.1 and HTTP/2, every connection bounded in
 //! time and number, graceful shutdown.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use crate::TlsConfigHandle;
+use crate::refusals::{ListenerStats, Refusal};
 
 /// The client's certificate chain on a TLS connection, leaf first; empty when it sent
 /// none or the connection is plain. Every request carries one as an extension.
@@ -52,6 +54,10 @@ pub struct Limits {
     /// Connections served at once on this listener; more are accepted and closed at
     /// once (beyond the health reserve).
     pub max_connections: usize,
+    /// Connections served at once from one client address (IPv4-mapped IPv6 counts as
+    /// IPv4), so one client cannot take every slot; its further connections get only
+    /// the health reserve. Counted within `max_connections`.
+    pub max_connections_per_address: usize,
     /// Extra connections, beyond `max_connections`, that answer only `health_paths`:
     /// liveness and readiness probes still get through a flood. Each lives at most
     /// `health_timeout` and serves one request.
@@ -71,6 +77,8 @@ pub struct Limits {
     pub http2_keep_alive_timeout: Duration,
     /// On shutdown, in-flight requests get this long to finish.
     pub drain_timeout: Duration,
+    /// Where refusals are counted; keep a clone to read them.
+    pub stats: Arc<ListenerStats>,
 }
 
 impl Default for Limits {
@@ -80,6 +88,9 @@ impl Default for Limits {
             // hyper's own header-read default, and what this server always had.
             idle_timeout: Duration::from_secs(30),
             max_connections: 512,
+            // An eighth of the default cap: Prometheus, the adapter or an API server
+            // hold a few connections each, and one client can take no more than this.
+            max_connections_per_address: 64,
             health_reserve: 8,
             health_paths: Vec::new(),
             health_timeout: Duration::from_secs(2),
@@ -92,6 +103,7 @@ impl Default for Limits {
             http2_keep_alive_interval: Duration::from_secs(30),
             http2_keep_alive_timeout: Duration::from_secs(20),
             drain_timeout: Duration::from_secs(10),
+            stats: Arc::default(),
         }
     }
 }
@@ -109,9 +121,6 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// How long admission to the health reserve waits for evicted connections to close.
 const EVICTED_CLOSE_WAIT: Duration = Duration::from_millis(250);
 
-/// How often refused connections are logged at most, so a flood does not flood the log.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
-
 /// The first byte of every TLS connection: a handshake record.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
@@ -120,7 +129,8 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// HTTP/1.1 and HTTP/2 (by ALPN, or by prior knowledge on plain connections, which gRPC
 /// clients use) are both served; a TLS configuration whose ALPN list lacks `h2` gets
 /// HTTP/1.1 only. Errors of one connection end only that connection. `limits` bounds
-/// every connection's idle time and their number.
+/// every connection's idle time and their number, in all and per client address, and
+/// counts what it refuses in `limits.stats`.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsConfigHandle>,
@@ -159,13 +169,13 @@ pub async fn serve(
     // so the reserve can take a probe, and the client learns at once instead of timing
     // out. The cap keeps descriptors under `nofile`, so accept itself never fails.
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let addresses = Arc::new(AddressSlots::new(limits.max_connections_per_address));
     let mut reserve = HealthReserve::new(if limits.health_paths.is_empty() {
         0
     } else {
         limits.health_reserve
     });
     let (closing, closing_rx) = watch::channel(false);
-    let mut refusals = RefusalLog::default();
     tokio::pin!(shutdown);
     loop {
         let (stream, remote) = tokio::select! {
@@ -181,14 +191,27 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let (permit, health) = if let Ok(permit) = slots.clone().try_acquire_owned() {
-            (permit, None)
-        } else if let Some((permit, ticket)) = reserve.admit(limits.health_timeout).await {
-            (permit, Some(ticket))
-        } else {
-            refusals.refused(remote, limits.max_connections);
-            drop(stream);
-            continue;
+        // A regular slot needs room on the listener and under the client's address
+        // cap; a connection denied one is counted, and may still ask the health paths.
+        let regular = match addresses.try_take(remote.ip()) {
+            None => Err((Refusal::PerAddress, limits.max_connections_per_address)),
+            Some(address) => match slots.clone().try_acquire_owned() {
+                Ok(permit) => Ok((permit, address)),
+                Err(_) => Err((Refusal::MaxConnections, limits.max_connections)),
+            },
+        };
+        let (permit, address, health) = match regular {
+            Ok((permit, address)) => (permit, Some(address), None),
+            Err((reason, limit)) => {
+                limits.stats.refuse(reason, remote, limit);
+                match reserve.admit(limits.health_timeout).await {
+                    Some((permit, ticket)) => (permit, None, Some(ticket)),
+                    None => {
+                        drop(stream);
+                        continue;
+                    }
+                }
+            }
         };
         let _ = stream.set_nodelay(true);
         let tls = tls.as_ref().map(|handle| handle.load_full());
@@ -206,6 +229,7 @@ pub async fn serve(
         };
         tokio::spawn(async move {
             let _permit = permit;
+            let _address = address;
             let served = connection.run(stream, tls, &protocols);
             match health {
                 None => served.await,
@@ -326,29 +350,62 @@ impl HealthReserve {
     }
 }
 
-/// Logs refused connections, once per [`REFUSAL_LOG_INTERVAL`] with a count.
-#[derive(Default)]
-struct RefusalLog {
-    last: Option<Instant>,
-    unlogged: u64,
+/// Regular connections per client address, for [`Limits::max_connections_per_address`].
+/// An address is forgotten when its last connection closes, so the table holds at most
+/// `max_connections` entries.
+struct AddressSlots {
+    cap: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
 }
 
-impl RefusalLog {
-    fn refused(&mut self, remote: SocketAddr, max: usize) {
-        self.unlogged += 1;
-        let now = Instant::now();
-        if self
-            .last
-            .is_none_or(|last| now.duration_since(last) >= REFUSAL_LOG_INTERVAL)
-        {
-            tracing::warn!(
-                %remote,
-                refused = self.unlogged,
-                max_connections = max,
-                "connection limit reached; closing new connections"
-            );
-            self.last = Some(now);
-            self.unlogged = 0;
+/// One regular connection's place under its address's cap, given back on drop.
+struct AddressSlot {
+    slots: Arc<AddressSlots>,
+    ip: IpAddr,
+}
+
+impl AddressSlots {
+    fn new(cap: usize) -> Self {
+        AddressSlots {
+            cap,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A place for one more connection from `ip`, or `None` when it holds the cap.
+    fn try_take(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+        let ip = ip.to_canonical();
+        // Nothing panics while the table is held, so a poisoned lock has a sound table.
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(ip).or_insert(0);
+        if *n >= self.cap {
+            if *n == 0 {
+                held.remove(&ip);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            slots: self.clone(),
+            ip,
+        })
+    }
+
+    #[cfg(test)]
+    fn held(&self, ip: IpAddr) -> usize {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(&ip.to_canonical()).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
         }
     }
 }
@@ -787,5 +844,43 @@ async fn handshake(
             tracing::debug!(%remote, "TLS handshake timed out");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().expect("address")
+    }
+
+    #[test]
+    fn an_address_holds_at_most_its_cap_and_a_closed_connection_frees_its_slot() {
+        let slots = Arc::new(AddressSlots::new(2));
+        let a = ip("10.0.0.1");
+        let first = slots.try_take(a).expect("first");
+        let second = slots.try_take(a).expect("second");
+        assert!(slots.try_take(a).is_none(), "a third is over the cap");
+        // Another address has its own cap.
+        let other = slots.try_take(ip("10.0.0.2")).expect("another address");
+        assert_eq!(slots.held(a), 2);
+        drop(first);
+        assert_eq!(slots.held(a), 1);
+        let third = slots.try_take(a).expect("room again after a close");
+        drop((second, third, other));
+        assert_eq!(slots.held(a), 0);
+        let empty = slots.held.lock().expect("table").is_empty();
+        assert!(empty, "an address with no connection is forgotten");
+    }
+
+    #[test]
+    fn ipv4_mapped_ipv6_counts_as_its_ipv4_address() {
+        let slots = Arc::new(AddressSlots::new(1));
+        let _held = slots.try_take(ip("192.0.2.7")).expect("first");
+        assert!(slots.try_take(ip("::ffff:192.0.2.7")).is_none());
+        // A different IPv6 address in the same /64 is a different client.
+        let _v6 = slots.try_take(ip("2001:db8::1")).expect("v6");
+        assert!(slots.try_take(ip("2001:db8::2")).is_some());
     }
 }

@@ -333,6 +333,84 @@ async fn a_flood_at_the_connection_cap_still_gets_health_answered() {
     assert_eq!(after, Some(200), "served again after the flood");
 }
 
+/// A TCP connection from the loopback address `from` (every 127.0.0.0/8 address reaches
+/// a listener on 127.0.0.1 on Linux, each a different client to it).
+async fn connect_from(from: [u8; 4], addr: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(std::net::SocketAddr::from((from, 0)))
+        .expect("bind a loopback address");
+    socket
+        .connect(addr.parse().expect("address"))
+        .await
+        .expect("connect")
+}
+
+/// [`status_of`] from the loopback address `from`.
+async fn status_from(from: [u8; 4], addr: &str, path: &str) -> Option<u16> {
+    let mut tcp = connect_from(from, addr).await;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.ok()?;
+    let got = read_until_closed(&mut tcp, PATIENCE).await.ok()?;
+    let text = String::from_utf8_lossy(&got);
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// One client address holds at most its share of the listener: its idle connections
+/// beyond it get only the health reserve, other addresses are served as usual, the
+/// refusals are counted, and a closed connection gives its place back.
+#[tokio::test]
+async fn one_address_holds_at_most_its_cap() {
+    let limits = Limits {
+        max_connections: 16,
+        max_connections_per_address: 3,
+        health_reserve: 2,
+        health_paths: vec!["/healthz".to_string()],
+        health_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let stats = limits.stats.clone();
+    let addr = start(None, limits).await;
+    const FLOODER: [u8; 4] = [127, 0, 0, 2];
+    // Twice what the cap and the reserve hold, from one address: beyond its 3 they
+    // get the reserve (and evict one another from it), the listener keeps room.
+    let mut flood = Vec::new();
+    for _ in 0..10 {
+        flood.push(connect_from(FLOODER, &addr).await);
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while stats.refused(tls_serving::Refusal::PerAddress) < 7 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stats.refused(tls_serving::Refusal::PerAddress), 7);
+    for _ in 0..5 {
+        assert_eq!(status_from([127, 0, 0, 3], &addr, "/").await, Some(200));
+    }
+    // The flooder's next connection is over its cap: health only.
+    assert_eq!(status_from(FLOODER, &addr, "/").await, Some(503));
+    assert_eq!(status_from(FLOODER, &addr, "/healthz").await, Some(200));
+    assert_eq!(stats.refused(tls_serving::Refusal::MaxConnections), 0);
+
+    // One of its three regular connections closes: its place is given back.
+    drop(flood.remove(0));
+    let deadline = Instant::now() + PATIENCE;
+    let mut after = None;
+    while Instant::now() < deadline {
+        after = status_from(FLOODER, &addr, "/").await;
+        if after == Some(200) {
+            break;
+        }
+        // The server notices the close on its own time: try again shortly.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        after,
+        Some(200),
+        "a closed connection frees its address's slot"
+    );
+}
+
 /// The adapter's probes are HTTPS: the reserve's connection does its handshake too.
 #[tokio::test]
 async fn a_flood_at_the_cap_still_gets_health_answered_over_tls() {

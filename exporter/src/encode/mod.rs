@@ -74,6 +74,8 @@ pub struct ScrapeStats {
     pub buckets: [u64; SCRAPE_BUCKETS.len()],
     pub scrapes: u64,
     pub duration_seconds_sum: f64,
+    /// The listener's refused connections, per [`tls_serving::Refusal::ALL`] reason.
+    pub connections_refused: [u64; 2],
 }
 
 fn write_help(out: &mut Vec<u8>, name: &str, help: &str) {
@@ -821,6 +823,17 @@ pub(crate) fn walk_scrape_metrics<'a, S: Sink<'a>>(stats: ScrapeStats, sink: &mu
         stats.scrapes,
         stats.duration_seconds_sum,
     );
+    sink.family(
+        &format!("{PREFIX}http_connections_refused_total"),
+        MetricType::Counter,
+        "Connections denied a regular place on the listener, by reason: per_address (the client's address held --max-connections-per-address) or max_connections (the listener held --max-connections). They may ask only the health paths.",
+    );
+    for (reason, n) in tls_serving::Refusal::ALL
+        .iter()
+        .zip(stats.connections_refused)
+    {
+        sink.sample("", &[("reason", reason.reason())], Sample::Uint(n));
+    }
 }
 
 /// A whole scrape body. `include_devices` is false when the snapshot is too old to
@@ -912,6 +925,25 @@ mod tests {
                 "{v}: text {text} parses to {parsed}, fixed6_value gives {got}"
             );
         }
+    }
+
+    #[test]
+    fn the_listener_refusals_are_served_with_every_scrape_by_reason() {
+        let stats = ScrapeStats {
+            connections_refused: [3, 0],
+            ..ScrapeStats::default()
+        };
+        let mut out = Vec::new();
+        scrape_part(stats, Format::Text, &mut out);
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.contains(concat!(
+                "# TYPE gpu_exporter_http_connections_refused_total counter\n",
+                "gpu_exporter_http_connections_refused_total{reason=\"per_address\"} 3\n",
+                "gpu_exporter_http_connections_refused_total{reason=\"max_connections\"} 0\n",
+            )),
+            "{text}"
+        );
     }
 
     #[test]

@@ -691,6 +691,7 @@ mod tests {
             buckets,
             scrapes: 7,
             duration_seconds_sum: 0.061_25,
+            connections_refused: [2, 5],
         }
     }
 

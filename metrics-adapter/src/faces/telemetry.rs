@@ -18,7 +18,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
 };
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -69,6 +69,10 @@ pub struct Telemetry {
     /// The serving engines' scrapes (`serving_source_*`).
     pub serving_source: SourceMetrics,
     pub auth: AuthMetrics,
+    /// The HTTPS port's listener refusals (`listener="api"`).
+    pub api_listener: Arc<tls_serving::ListenerStats>,
+    /// The KEDA gRPC port's listener refusals (`listener="grpc"`).
+    pub grpc_listener: Arc<tls_serving::ListenerStats>,
 }
 
 impl Telemetry {
@@ -108,6 +112,14 @@ impl Telemetry {
         let auth = AuthMetrics::default();
         auth.register(&mut registry);
         registry.register_collector(Box::new(FleetCollector { fleet, staleness }));
+        let api_listener = Arc::<tls_serving::ListenerStats>::default();
+        let grpc_listener = Arc::<tls_serving::ListenerStats>::default();
+        registry.register_collector(Box::new(ListenerCollector {
+            listeners: [
+                ("api", api_listener.clone()),
+                ("grpc", grpc_listener.clone()),
+            ],
+        }));
         Telemetry {
             registry,
             requests,
@@ -116,6 +128,8 @@ impl Telemetry {
             source,
             serving_source,
             auth,
+            api_listener,
+            grpc_listener,
         }
     }
 
@@ -322,6 +336,39 @@ impl Collector for FleetCollector {
     }
 }
 
+/// The listeners' refused connections, read when `/metrics` is scraped.
+#[derive(Debug)]
+struct ListenerCollector {
+    listeners: [(&'static str, Arc<tls_serving::ListenerStats>); 2],
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    listener: &'static str,
+    reason: &'static str,
+}
+
+impl Collector for ListenerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "http_connections_refused",
+            "Connections denied a regular place on a listener (api: the HTTPS port, grpc: KEDA's), by reason: per_address (the client's address held --max-connections-per-address) or max_connections (the listener held --max-connections). On the HTTPS port they may ask only the health paths; on the gRPC port they are closed.",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (listener, stats) in &self.listeners {
+            for reason in tls_serving::Refusal::ALL {
+                let labels = RefusalLabels {
+                    listener,
+                    reason: reason.reason(),
+                };
+                ConstCounter::new(stats.refused(reason)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One gauge sample with its descriptor.
 fn gauge<N: EncodeGaugeValue>(
     encoder: &mut DescriptorEncoder,
@@ -386,6 +433,29 @@ mod tests {
         assert_eq!(grpc_code_name("3"), "InvalidArgument");
         assert_eq!(grpc_code_name("14"), "Unavailable");
         assert_eq!(grpc_code_name("99"), "Unknown");
+    }
+
+    #[test]
+    fn listener_refusals_are_served_per_listener_and_reason() {
+        let fleet = Arc::new(ArcSwap::from_pointee(Fleet::default()));
+        let t = Telemetry::new(fleet, Duration::from_secs(6));
+        let remote = "192.0.2.9:1234".parse().expect("addr");
+        for _ in 0..2 {
+            t.api_listener
+                .refuse(tls_serving::Refusal::PerAddress, remote, 64);
+        }
+        t.grpc_listener
+            .refuse(tls_serving::Refusal::MaxConnections, remote, 256);
+        let text = t.encode().expect("encodes");
+        for line in [
+            "# TYPE gpu_metrics_adapter_http_connections_refused counter\n",
+            "gpu_metrics_adapter_http_connections_refused_total{listener=\"api\",reason=\"per_address\"} 2\n",
+            "gpu_metrics_adapter_http_connections_refused_total{listener=\"api\",reason=\"max_connections\"} 0\n",
+            "gpu_metrics_adapter_http_connections_refused_total{listener=\"grpc\",reason=\"per_address\"} 0\n",
+            "gpu_metrics_adapter_http_connections_refused_total{listener=\"grpc\",reason=\"max_connections\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[test]

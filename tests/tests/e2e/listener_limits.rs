@@ -1,12 +1,19 @@
 //! Every listener of the real binaries is bounded (issue 20): idle connections of each
 //! kind are closed on the exporter's port and on the adapter's HTTP and gRPC ports, and a
-//! connection flood at the exporter's cap still lets `/healthz` answer. The limits are
-//! set short by flag; `tls-serving/tests/limits.rs` covers each limit in isolation (TLS,
-//! slowloris, HTTP/2 streams, pings).
+//! connection flood at the exporter's cap still lets `/healthz` answer. One client's
+//! idle sockets cannot take Prometheus's place, and a flood of wrong passwords cannot
+//! keep a credential not yet verified out (issue 27). The limits are set short by flag;
+//! `tls-serving/tests/limits.rs` covers each limit in isolation (TLS, slowloris, HTTP/2
+//! streams, pings, the per-address cap).
 
-use e2e_tests::{Adapter, Exporter, KubeNode, attributed_exporter, try_get, wait_for};
+use e2e_tests::{
+    Adapter, Exporter, KubeNode, attributed_exporter, sample_value, scratch_dir, try_get,
+    try_wait_for, wait_for,
+};
 use std::io::{ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Far beyond the idle timeouts set here: only a connection never closed reaches it.
@@ -233,4 +240,271 @@ fn the_exporter_answers_healthz_through_a_connection_flood() {
             .ok()
             .filter(|(status, _)| *status == 200)
     });
+}
+
+/// A runtime for the tests that need many sockets, each bound to its own loopback
+/// address (any 127.0.0.0/8 address reaches the exporter on 127.0.0.1 on Linux, and
+/// each is a different client to it).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A connection to `to` from the loopback address `from`.
+async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((from, 0).into())?;
+    socket.connect(to).await
+}
+
+/// Issue 27: 520 idle sockets from one address (the default cap of 512 and the 8 of the
+/// reserve) made /metrics answer 503 to Prometheus while /healthz passed, and nothing
+/// was logged. With the default per-address cap (64) the flood holds 64 places;
+/// Prometheus, from another address, is served on every scrape; the refusals are
+/// counted and logged once.
+#[test]
+fn one_clients_idle_sockets_leave_room_for_prometheus() {
+    const FLOOD: usize = 520;
+    const DEFAULT_PER_ADDRESS: usize = 64;
+    // Only the defaults decide, but the flood's connections must not idle out.
+    let e = Exporter::start(&["--simulate", "--http-idle-timeout", "1m"], &[]);
+    let metrics = e.url("/metrics");
+    wait_for("/metrics 200", PATIENCE, || {
+        try_get(&metrics, &[])
+            .ok()
+            .filter(|(status, _)| *status == 200)
+    });
+    let to: SocketAddr = address(&e.base).parse().expect("exporter address");
+    let rt = runtime();
+    let flooder = Ipv4Addr::new(127, 0, 0, 2);
+    let flood: Vec<_> = rt.block_on(async {
+        let mut flood = Vec::with_capacity(FLOOD);
+        for _ in 0..FLOOD {
+            flood.push(connect_from(flooder, to).await.expect("connect"));
+        }
+        flood
+    });
+    // Prometheus scrapes from 127.0.0.1, after the whole flood (the server accepts in
+    // order): 16 of 16 are served.
+    for i in 0..16 {
+        let got = try_get(&metrics, &[]);
+        assert!(
+            matches!(&got, Ok((200, _))),
+            "scrape {i} during the flood: {:?}",
+            got.map(|(status, body)| (status, body.chars().take(200).collect::<String>()))
+        );
+    }
+    // Every flood connection beyond the cap was refused a regular place, and counted.
+    let refused = "gpu_exporter_http_connections_refused_total{reason=\"per_address\"}";
+    let expected = (FLOOD - DEFAULT_PER_ADDRESS) as f64;
+    let counted = wait_for("the refusals counted", PATIENCE, || {
+        let (_, body) = try_get(&metrics, &[]).ok()?;
+        let n = sample_value(&body, refused)?;
+        (n >= expected).then_some(n)
+    });
+    assert_eq!(counted, expected);
+    // Logged once for the whole streak, naming the address.
+    let log = e.process.log();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("holds its connection limit"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per streak: {warnings:?}");
+    assert!(warnings[0].contains("127.0.0.2"), "{}", warnings[0]);
+    rt.block_on(async move { drop(flood) });
+}
+
+/// The adapter takes the same cap: on its HTTPS port an address beyond
+/// `--max-connections-per-address` may ask only the health paths, other addresses are
+/// served, and the refusals are counted per listener.
+#[test]
+fn the_adapter_caps_connections_per_address_and_counts_refusals() {
+    let node = KubeNode::start("tests/fixtures/pods-node.toml", "node-a");
+    let e = attributed_exporter(&node, "tests/fixtures/pods-node.toml");
+    let url = e.url("/metrics");
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let a = Adapter::start(&[
+        "--exporter-url",
+        &url,
+        "--kubeconfig",
+        &kubeconfig,
+        "--max-connections-per-address",
+        "2",
+        "--http-idle-timeout",
+        "1m",
+    ]);
+    let to: SocketAddr = address(&a.base).parse().expect("adapter address");
+    let rt = runtime();
+    let flooder = Ipv4Addr::new(127, 0, 0, 2);
+    // Two regular places, then one refused.
+    let idle: Vec<_> = rt.block_on(async {
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            idle.push(connect_from(flooder, to).await.expect("connect"));
+        }
+        idle
+    });
+    let (status, _) = rt
+        .block_on(crate::web_config::get_from(
+            flooder,
+            to,
+            "/metrics",
+            "Basic eDp5",
+        ))
+        .expect("an answer");
+    assert_eq!(
+        status, 503,
+        "beyond its cap, an address gets the health paths only"
+    );
+    let (status, _) = rt
+        .block_on(crate::web_config::get_from(
+            flooder,
+            to,
+            "/livez",
+            "Basic eDp5",
+        ))
+        .expect("an answer");
+    assert_eq!(status, 200, "its probes still pass");
+    let metrics = format!("{}/metrics", a.base);
+    let refused = "gpu_metrics_adapter_http_connections_refused_total{listener=\"api\",reason=\"per_address\"}";
+    let counted = wait_for("the refusals counted", PATIENCE, || {
+        let (status, body) = try_get(&metrics, &[]).ok()?;
+        assert_eq!(status, 200, "another address is served: {body}");
+        let n = sample_value(&body, refused)?;
+        (n >= 3.0).then_some(n)
+    });
+    assert_eq!(
+        counted, 3.0,
+        "the third idle connection and the two requests"
+    );
+    rt.block_on(async move { drop(idle) });
+}
+
+/// Issue 27: 256 clients, each from its own address and each under every per-address
+/// limit, send wrong passwords. A user whose first request comes during the flood (a
+/// restarted Prometheus) was answered 429 on every scrape. Once each flooding address
+/// has failed, its checks queue behind those of clients that have not failed: the new
+/// user gets in at once (two tries allowed), and the 429s are logged once per streak.
+#[test]
+fn a_first_login_gets_in_during_a_wrong_password_flood() {
+    const CLIENTS: u8 = 255; // 127.0.1.1 ..= 127.0.1.255, plus 127.0.2.2 below: 256.
+    const TRIES: usize = 2;
+    let dir = scratch_dir("first-login-flood");
+    // Cost 7: each wrong guess costs the exporter real bcrypt work (about 40 ms in a
+    // debug build), so the flood offers several times the checks the slot can make.
+    let hash = bcrypt::hash("scrape-secret", 7).expect("hash");
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).expect("web");
+    let e = Exporter::start(
+        &[
+            "--simulate=builtin:default",
+            "-c",
+            "500",
+            "--web-config-file",
+            web.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    let to: SocketAddr = address(&e.base).parse().expect("exporter address");
+    let flooding = Arc::new(AtomicBool::new(true));
+    let failed_once = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let rt = runtime();
+    let floods: Vec<_> = (1..=CLIENTS)
+        .map(|host| Ipv4Addr::new(127, 0, 1, host))
+        .chain([Ipv4Addr::new(127, 0, 2, 2)])
+        .map(|from| {
+            let (flooding, failed_once, answered) =
+                (flooding.clone(), failed_once.clone(), answered.clone());
+            rt.spawn(async move {
+                let mut seen_401 = false;
+                // Bounded: the test stops the flood long before.
+                for guess in 0..2_000u32 {
+                    if !flooding.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let wrong = basic("prometheus", &format!("guess-{from}-{guess}"));
+                    let answer = crate::web_config::get_from(from, to, "/metrics", &wrong).await;
+                    if answer.is_ok() {
+                        answered.fetch_add(1, Ordering::AcqRel);
+                    }
+                    let pause = match answer {
+                        Ok((401, _)) => {
+                            if !seen_401 {
+                                seen_401 = true;
+                                failed_once.fetch_add(1, Ordering::AcqRel);
+                            }
+                            // About a guess a second per client: 256 a second, far
+                            // more than the bcrypt slot checks.
+                            Duration::from_secs(1)
+                        }
+                        // Turned away (429) or the connection failed: retry soon,
+                        // as a hostile client would, ignoring Retry-After.
+                        _ => Duration::from_millis(100),
+                    };
+                    tokio::time::sleep(pause).await;
+                }
+            })
+        })
+        .collect();
+    // The flood in full swing: every flooding address has failed a check.
+    let clients = usize::from(CLIENTS) + 1;
+    let flood_started = Instant::now();
+    // Within a bound: a server that starves clients that have not failed (one FIFO
+    // queue for everyone) may never get there, and its user below shows it.
+    let all_failed = try_wait_for(Duration::from_secs(120), || {
+        (failed_once.load(Ordering::Acquire) == clients).then_some(())
+    });
+    let waited = flood_started.elapsed();
+    // Prometheus, restarted: its first request comes now, from its own address.
+    let right = basic("prometheus", "scrape-secret");
+    let prometheus = Ipv4Addr::new(127, 0, 2, 1);
+    let mut answers = Vec::new();
+    let answered_before = answered.load(Ordering::Acquire);
+    for _ in 0..TRIES {
+        let answer = rt
+            .block_on(crate::web_config::get_from(
+                prometheus, to, "/metrics", &right,
+            ))
+            .expect("an answer");
+        answers.push(answer);
+        if answer.0 == 200 {
+            break;
+        }
+        // As Prometheus would, at its next scrape; Retry-After asks for 1 s.
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let answered_meanwhile = answered.load(Ordering::Acquire) - answered_before;
+    flooding.store(false, Ordering::Release);
+    rt.block_on(async {
+        for f in floods {
+            f.await.expect("flooding client");
+        }
+    });
+    assert!(answered_meanwhile > 0, "the flood went on meanwhile");
+    assert!(
+        answers.iter().any(|(status, _)| *status == 200),
+        "a first login during the flood: {answers:?} (every flooding client failed: {}, \
+         after {:?})",
+        all_failed.is_some(),
+        waited
+    );
+    // The flood's 429s were logged, once per streak and cause, not per answer.
+    let log = e.process.log();
+    let warnings = log
+        .lines()
+        .filter(|l| l.contains("password checks refused with 429"))
+        .count();
+    assert!((1..=4).contains(&warnings), "{warnings} warnings:\n{log}");
+}
+
+/// `Authorization: Basic …`.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    let encoded =
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}").as_bytes());
+    format!("Basic {encoded}")
 }

@@ -662,7 +662,7 @@ fn the_metrics_adapter_scrapes_a_tls_and_basic_auth_exporter() {
 /// One plain-HTTP/1.1 `GET path` from the local address `from` (any 127.0.0.0/8 address
 /// reaches the exporter on 127.0.0.1, so each one is a different client to it): the
 /// status and the `Retry-After` header.
-async fn get_from(
+pub(crate) async fn get_from(
     from: std::net::Ipv4Addr,
     to: std::net::SocketAddr,
     path: &str,
