@@ -27,6 +27,19 @@ fn modules(src: &Path) -> BTreeMap<Module, String> {
         for entry in std::fs::read_dir(&dir).expect("read the source folder") {
             let path = entry.expect("folder entry").path();
             if path.is_dir() {
+                // A `tests/` folder holds its parent's unit tests (`#[cfg(test)] mod
+                // tests;`), which may import anything, as inline unit tests may.
+                if path.file_name().is_some_and(|n| n == "tests") {
+                    let parent = std::fs::read_to_string(dir.join("mod.rs"))
+                        .or_else(|_| std::fs::read_to_string(dir.with_extension("rs")))
+                        .unwrap_or_default();
+                    assert!(
+                        parent.contains("#[cfg(test)]\nmod tests;"),
+                        "{} is not declared as unit tests",
+                        path.display()
+                    );
+                    continue;
+                }
                 dirs.push(path);
                 continue;
             }
@@ -52,9 +65,9 @@ fn modules(src: &Path) -> BTreeMap<Module, String> {
     out
 }
 
-/// `text` up to its unit tests (`#[cfg(test)] mod tests`, last in a file here).
+/// `text` up to its unit tests (`#[cfg(test)] mod tests { … }`, last in a file here).
 fn without_unit_tests(text: &str) -> &str {
-    match text.find("#[cfg(test)]\nmod tests") {
+    match text.find("#[cfg(test)]\nmod tests {") {
         Some(i) => &text[..i],
         None => text,
     }
@@ -279,7 +292,13 @@ fn a_circle_and_an_upstream_import_are_found() {
         without_unit_tests("use my_crate::a;\n#[cfg(test)]\nmod tests { use crate::a; }")
             .to_string(),
     );
+    // A unit-test module in a file of its own (`mod tests;`) hides nothing after it.
+    modules.insert(
+        m("e"),
+        without_unit_tests("#[cfg(test)]\nmod tests;\nuse crate::a;").to_string(),
+    );
     let edges = graph(&modules);
+    assert_eq!(edges[&m("e")], BTreeSet::from([m("a")]));
     assert_eq!(edges[&m("a")], BTreeSet::from([m("b"), m("b::c")]));
     assert_eq!(edges[&m("b::c")], BTreeSet::from([m("b")]));
     assert!(edges[&m("d")].is_empty(), "{:?}", edges[&m("d")]);

@@ -16,14 +16,13 @@
 //! - GPUs bound to the nvidia driver after NVML was initialised are found in sysfs
 //!   ([`sysfs`]): NVML is initialised again for them.
 
+mod discover;
 mod events;
 mod links;
 mod raw;
 mod sysfs;
 
-use super::{
-    EntityInfo, GiPlacement, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent,
-};
+use super::{GpuSource, Inventory, ProcessSample, Raw, ReadError, XidEvent};
 use crate::catalog::{LabelField, Quantity};
 use events::XidWatcher;
 use nvml_wrapper::Nvml;
@@ -36,7 +35,7 @@ use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::GpmSample;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlProcessInfo_t, nvmlProcessUtilizationSample_t};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -132,6 +131,46 @@ fn gpm_index(q: Quantity) -> Option<usize> {
         GpmPcieRx => 9,
         _ => return None,
     })
+}
+
+/// The GPM metric a quantity is read from: its own, or for PCIe throughput the GPM
+/// PCIe rate that answers it where the GPU has GPM.
+fn gpm_source(q: Quantity) -> Option<usize> {
+    gpm_index(match q {
+        Quantity::PcieTxThroughput => Quantity::GpmPcieTx,
+        Quantity::PcieRxThroughput => Quantity::GpmPcieRx,
+        q => q,
+    })
+}
+
+/// PCIe throughput (`q`, Tx or Rx), KB/s. `nvmlDeviceGetPcieThroughput` samples the
+/// link for 20 ms per call (20.9 ms each on a real H100: 42 of a 50 ms cycle). Where
+/// the GPU has GPM, its PCIe rate over the whole interval answers the same quantity
+/// from the sample the cycle takes anyway (`gpm`; MiB/s → KB/s).
+fn pcie_throughput(
+    dev: &Device<'static>,
+    q: Quantity,
+    gpm: &Result<Vec<Result<f64, ReadError>>, ReadError>,
+) -> Result<Raw, ReadError> {
+    let from_gpm = match gpm {
+        Ok(v) => gpm_source(q)
+            .and_then(|i| v.get(i).cloned())
+            .unwrap_or(Err(ReadError::NotSupported)),
+        Err(e) => Err(e.clone()),
+    };
+    match from_gpm {
+        // KB of 1000 bytes, as gpu-sim models the getter's unit.
+        Ok(mib_s) => Ok(Raw::U64((mib_s * 1_048.576).round() as u64)),
+        Err(ReadError::NotSupported) => dev
+            .pcie_throughput(if q == Quantity::PcieTxThroughput {
+                PcieUtilCounter::Send
+            } else {
+                PcieUtilCounter::Receive
+            })
+            .map(|v| Raw::U64(v.into()))
+            .map_err(map_err),
+        Err(e) => Err(e),
+    }
 }
 
 /// A device handle kept from discovery to the next discovery, as an address (so the
@@ -522,58 +561,6 @@ impl NvmlSource {
             Err(e) => requests.iter().map(|_| Err(e.clone())).collect(),
         }
     }
-
-    /// The MIG instances of one GPU in MIG mode, slot by slot (empty slots skipped).
-    fn mig_instances(nvml: &Nvml, dev: &Device<'_>, index: u32) -> Vec<MigInstance> {
-        let mut found = Vec::new();
-        for slot in 0..dev.mig_device_count().unwrap_or(0) {
-            let Ok(mig) = dev.mig_device_by_index(slot) else {
-                continue; // an empty MIG slot
-            };
-            let handle = Handle::of(&mig);
-            match raw::instance_ids(nvml, handle.raw()) {
-                Ok((gpu_instance, compute_instance)) => found.push(MigInstance {
-                    slot,
-                    handle,
-                    gpu_instance,
-                    compute_instance,
-                    uuid: mig.uuid().unwrap_or_default(),
-                }),
-                Err(e) => {
-                    tracing::warn!(gpu = index, slot, error = %e, "MIG instance without IDs; skipped");
-                }
-            }
-        }
-        found
-    }
-
-    /// Each GPU instance's profile ID and placement, by GPU-instance ID. Without them
-    /// (no MIG monitoring capability, an old driver) DRA MIG device names resolve only
-    /// by profile name; said once per discovery.
-    fn gi_placements(
-        nvml: &Nvml,
-        parent: Handle,
-        index: u32,
-        instances: &[MigInstance],
-    ) -> HashMap<u32, GiPlacement> {
-        let mut found = HashMap::new();
-        let mut failure = None;
-        for i in instances {
-            if found.contains_key(&i.gpu_instance) {
-                continue;
-            }
-            match raw::gpu_instance_placement(nvml, parent.raw(), i.gpu_instance) {
-                Ok(p) => {
-                    found.insert(i.gpu_instance, p);
-                }
-                Err(e) => failure = Some(e),
-            }
-        }
-        if let Some(e) = failure {
-            tracing::info!(gpu = index, error = %e, "MIG GPU-instance placements not readable; DRA MIG devices are matched by profile name only");
-        }
-        found
-    }
 }
 
 /// A fabric quantity from one fabric-info read, as DCGM derives its fields.
@@ -667,196 +654,7 @@ impl GpuSource for NvmlSource {
     }
 
     fn discover(&mut self, labels: &[LabelField]) -> Result<Inventory, ReadError> {
-        // A MIG layout change needs a new inventory, not a new NVML initialisation.
-        let layout_only = std::mem::take(&mut self.layout_stale);
-        let probed = std::mem::take(&mut self.probed);
-        let rediscovery = self.nvml.is_some() && !layout_only && !probed;
-        if !layout_only && !probed {
-            self.sysfs_reference();
-        }
-        let nvml = self.init()?;
-        // Every cache goes, GPM samples freed before NVML is shut down.
-        self.forget();
-        if rediscovery {
-            // After a driver failure: drop NVML's state and initialise it again, so a
-            // reloaded driver is picked up.
-            raw::reinit(nvml)?;
-        }
-        let driver_version = nvml.sys_driver_version().map_err(map_err)?;
-        let nvml_version = nvml.sys_nvml_version().unwrap_or_default();
-        let count = nvml.device_count().map_err(map_err)?;
-        self.device_count = count;
-        let (mut gpus, mut migs) = (Vec::new(), Vec::new());
-        let mut event_handles = Vec::new();
-        for index in 0..count {
-            let lost = |why: String| {
-                tracing::error!(gpu = index, error = %why, "GPU cannot be read at discovery; reported as lost");
-                (
-                    Slot {
-                        index,
-                        mig: None,
-                        mig_parent: false,
-                        handle: None,
-                        parent: None,
-                        parent_entity: index as usize,
-                        compute_instance: 0,
-                        no_vgpu_licensing: false,
-                    },
-                    EntityInfo {
-                        gpu_index: index,
-                        uuid: String::new(),
-                        minor_number: None,
-                        pci_bus_id: String::new(),
-                        model_name: String::new(),
-                        mig: None,
-                        labels: labels
-                            .iter()
-                            .filter(|l| **l == LabelField::DriverVersion)
-                            .map(|l| (*l, driver_version.clone()))
-                            .collect(),
-                        lost: true,
-                    },
-                )
-            };
-            let dev = match nvml.device_by_index(index) {
-                Ok(d) => d,
-                Err(e @ (NvmlError::GpuLost | NvmlError::Unknown)) => {
-                    gpus.push(lost(e.to_string()));
-                    continue;
-                }
-                Err(e) => return Err(map_err(e)),
-            };
-            let uuid = match dev.uuid() {
-                Ok(u) => u,
-                Err(e) => {
-                    gpus.push(lost(e.to_string()));
-                    continue;
-                }
-            };
-            let pci_bus_id = dev.pci_info().map(|p| p.bus_id).unwrap_or_default();
-            let model_name = dev.name().unwrap_or_default();
-            let values: BTreeMap<LabelField, String> = labels
-                .iter()
-                .filter_map(|&l| {
-                    Some((l, read_label(&dev, l, &driver_version, &nvml_version).ok()?))
-                })
-                .collect();
-            let gpu_entity = gpus.len();
-            let handle = Handle::of(&dev);
-            self.event_devices.insert(handle.0, gpu_entity);
-            event_handles.push(handle.raw());
-            let total_mib = dev.memory_info().map(|m| m.total >> 20).unwrap_or(0);
-            let mig_mode = dev.mig_mode();
-            let mig_on = mig_mode
-                .as_ref()
-                .is_ok_and(|m| m.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE);
-            let instances = if mig_on {
-                Self::mig_instances(nvml, &dev, index)
-            } else {
-                Vec::new()
-            };
-            let minor_number = dev.minor_number().ok();
-            let placements = Self::gi_placements(nvml, handle, index, &instances);
-            if mig_mode.is_ok() {
-                self.mig_layouts.push(MigLayout {
-                    index,
-                    gpu: handle,
-                    devices: mig_devices_now(&dev),
-                });
-            }
-            for instance in instances {
-                let (j, gi, ci) = (
-                    instance.slot,
-                    instance.gpu_instance,
-                    instance.compute_instance,
-                );
-                let mig_uuid = instance.uuid;
-                let mig = instance.handle.device(nvml);
-                let profile = mig
-                    .attributes()
-                    .map(|a| {
-                        mig_profile_name(a.gpu_instance_slice_count, a.memory_size_mb, total_mib)
-                    })
-                    .unwrap_or_default();
-                migs.push((
-                    Slot {
-                        index,
-                        mig: Some((j, gi)),
-                        mig_parent: false,
-                        handle: Some(instance.handle),
-                        parent: Some(handle),
-                        parent_entity: gpu_entity,
-                        compute_instance: ci,
-                        no_vgpu_licensing: false,
-                    },
-                    gpu_entity,
-                    EntityInfo {
-                        gpu_index: index,
-                        uuid: uuid.clone(),
-                        pci_bus_id: pci_bus_id.clone(),
-                        model_name: model_name.clone(),
-                        minor_number,
-                        mig: Some(MigInfo {
-                            parent: gpu_entity,
-                            gpu_instance_id: gi,
-                            compute_instance_id: ci,
-                            slot: j,
-                            profile,
-                            mig_uuid,
-                            placement: placements.get(&gi).copied(),
-                        }),
-                        labels: values.clone(),
-                        lost: false,
-                    },
-                ));
-            }
-            gpus.push((
-                Slot {
-                    index,
-                    mig: None,
-                    mig_parent: mig_on,
-                    handle: Some(handle),
-                    parent: Some(handle),
-                    parent_entity: gpu_entity,
-                    compute_instance: 0,
-                    no_vgpu_licensing: false,
-                },
-                EntityInfo {
-                    gpu_index: index,
-                    uuid,
-                    minor_number,
-                    pci_bus_id,
-                    model_name,
-                    mig: None,
-                    labels: values,
-                    lost: false,
-                },
-            ));
-        }
-        let mut slots = Vec::new();
-        let mut entities = Vec::new();
-        for (slot, e) in gpus {
-            slots.push(slot);
-            entities.push(e);
-        }
-        for (slot, parent, e) in migs {
-            if let Some((_, gi)) = slot.mig {
-                self.event_migs.insert((parent, gi), entities.len());
-            }
-            slots.push(slot);
-            entities.push(e);
-        }
-        let n = slots.len();
-        self.slots = slots;
-        self.gpm = (0..n).map(|_| Gpm::Unknown).collect();
-        self.process_reads = (0..n).map(|_| ProcessReads::default()).collect();
-        self.thresholds.clear();
-        self.xids = Some(XidWatcher::start(nvml, event_handles));
-        Ok(Inventory {
-            driver_version,
-            nvml_version,
-            entities,
-        })
+        self.discover_devices(labels)
     }
 
     /// Initialise NVML (the first time, which loads the library) or initialise it again
@@ -1101,12 +899,7 @@ impl NvmlSource {
         let mut gpm: Option<Result<Vec<Result<f64, ReadError>>, ReadError>> = None;
         let mut gpm_wanted = [false; GPM_METRICS.len()];
         for &q in quantities {
-            let q = match q {
-                Quantity::PcieTxThroughput => Quantity::GpmPcieTx,
-                Quantity::PcieRxThroughput => Quantity::GpmPcieRx,
-                q => q,
-            };
-            if let Some(i) = gpm_index(q) {
+            if let Some(i) = gpm_source(q) {
                 gpm_wanted[i] = true;
             }
         }
@@ -1144,55 +937,11 @@ impl NvmlSource {
                 MemClock => u(dev.clock_info(Clock::Memory)),
                 PcieReplayCounter => u(dev.pcie_replay_counter()),
                 PcieTxThroughput | PcieRxThroughput => {
-                    // `nvmlDeviceGetPcieThroughput` samples the link for 20 ms per call
-                    // (20.9 ms each on a real H100: 42 of a 50 ms cycle). Where the GPU
-                    // has GPM, its PCIe rate over the whole interval answers the same
-                    // quantity from the sample the cycle takes anyway (MiB/s → KB/s).
-                    let i = gpm_index(if q == PcieTxThroughput {
-                        GpmPcieTx
-                    } else {
-                        GpmPcieRx
-                    });
                     let g = gpm.get_or_insert_with(|| self.gpm_read(entity, &gpm_wanted));
-                    let from_gpm = match (g, i) {
-                        (Ok(v), Some(i)) => {
-                            v.get(i).cloned().unwrap_or(Err(ReadError::NotSupported))
-                        }
-                        (Err(e), _) => Err(e.clone()),
-                        (Ok(_), None) => Err(ReadError::NotSupported),
-                    };
-                    match from_gpm {
-                        // KB of 1000 bytes, as gpu-sim models the getter's unit.
-                        Ok(mib_s) => Ok(Raw::U64((mib_s * 1_048.576).round() as u64)),
-                        Err(ReadError::NotSupported) => {
-                            u(dev.pcie_throughput(if q == PcieTxThroughput {
-                                PcieUtilCounter::Send
-                            } else {
-                                PcieUtilCounter::Receive
-                            }))
-                        }
-                        Err(e) => Err(e),
-                    }
+                    pcie_throughput(dev, q, g)
                 }
                 ShutdownTemp | SlowdownTemp | MemMaxOpTemp | GpuMaxOpTemp => {
-                    let t = match q {
-                        ShutdownTemp => TemperatureThreshold::Shutdown,
-                        SlowdownTemp => TemperatureThreshold::Slowdown,
-                        MemMaxOpTemp => TemperatureThreshold::MemoryMax,
-                        _ => TemperatureThreshold::GpuMax,
-                    };
-                    let r = match self.thresholds.get(&(entity, q)) {
-                        Some(r) => r.clone(),
-                        None => {
-                            let r = dev.temperature_threshold(t).map_err(map_err);
-                            // A transient failure is asked again next cycle.
-                            if matches!(r, Ok(_) | Err(ReadError::NotSupported)) {
-                                self.thresholds.insert((entity, q), r.clone());
-                            }
-                            r
-                        }
-                    };
-                    r.map(|v| Raw::U64(v.into()))
+                    self.threshold(entity, dev, q)
                 }
                 ClockEventReasons => u64r(dev.current_throttle_reasons().map(|r| r.bits())),
                 Pstate => u(dev.performance_state().map(|p| p.as_c())),
@@ -1219,25 +968,7 @@ impl NvmlSource {
                         (Err(e), _) | (_, Err(e)) => Err(e),
                     })
                 }
-                VgpuLicensed if self.slots.get(entity).is_some_and(|s| s.no_vgpu_licensing) => {
-                    Ok(Raw::U64(0))
-                }
-                VgpuLicensed => match self.nvml() {
-                    // SAFETY: `dev` is a live handle of this NVML instance.
-                    Ok(nvml) => match raw::vgpu_licence(nvml, unsafe { dev.handle() }) {
-                        Ok(raw::VgpuLicence::NotAGuest) => {
-                            if let Some(s) = self.slots.get_mut(entity) {
-                                s.no_vgpu_licensing = true;
-                            }
-                            Ok(Raw::U64(0))
-                        }
-                        Ok(raw::VgpuLicence::Guest { licensed }) => {
-                            Ok(Raw::U64(u64::from(licensed)))
-                        }
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
-                },
+                VgpuLicensed => self.vgpu_licensed(entity, dev),
                 _ => {
                     // GPM: `gpm_index` covers every remaining quantity.
                     let i = gpm_index(q).unwrap_or(0);
@@ -1253,6 +984,52 @@ impl NvmlSource {
                 }
             };
             out.push(r);
+        }
+    }
+
+    /// A temperature threshold: board constants, read once per discovery (141 µs a
+    /// call on a real H100). A transient failure is asked again next cycle.
+    fn threshold(
+        &mut self,
+        entity: usize,
+        dev: &Device<'static>,
+        q: Quantity,
+    ) -> Result<Raw, ReadError> {
+        let t = match q {
+            Quantity::ShutdownTemp => TemperatureThreshold::Shutdown,
+            Quantity::SlowdownTemp => TemperatureThreshold::Slowdown,
+            Quantity::MemMaxOpTemp => TemperatureThreshold::MemoryMax,
+            _ => TemperatureThreshold::GpuMax,
+        };
+        let r = match self.thresholds.get(&(entity, q)) {
+            Some(r) => r.clone(),
+            None => {
+                let r = dev.temperature_threshold(t).map_err(map_err);
+                if matches!(r, Ok(_) | Err(ReadError::NotSupported)) {
+                    self.thresholds.insert((entity, q), r.clone());
+                }
+                r
+            }
+        };
+        r.map(|v| Raw::U64(v.into()))
+    }
+
+    /// The vGPU licence state: 0 on bare metal (remembered per discovery: only a
+    /// re-initialisation can change it), else whether the guest is licensed.
+    fn vgpu_licensed(&mut self, entity: usize, dev: &Device<'static>) -> Result<Raw, ReadError> {
+        if self.slots.get(entity).is_some_and(|s| s.no_vgpu_licensing) {
+            return Ok(Raw::U64(0));
+        }
+        let nvml = self.nvml()?;
+        // SAFETY: `dev` is a live handle of this NVML instance.
+        match raw::vgpu_licence(nvml, unsafe { dev.handle() })? {
+            raw::VgpuLicence::NotAGuest => {
+                if let Some(s) = self.slots.get_mut(entity) {
+                    s.no_vgpu_licensing = true;
+                }
+                Ok(Raw::U64(0))
+            }
+            raw::VgpuLicence::Guest { licensed } => Ok(Raw::U64(u64::from(licensed))),
         }
     }
 }
