@@ -423,7 +423,7 @@ impl NvmlSource {
     /// The GPM metrics of `entity` over the interval since its previous sample, one per [`GPM_METRICS`] entry:
     /// computed only where `wanted` (indexed like it) is set, `NotSupported` elsewhere.
     /// On a real H100 `nvmlGpmMetricsGet` costs 3.4 µs a metric, except the graphics
-    /// engine's activity (1.24 ms alone; BENCHMARKS.md), so what the plan leaves out
+    /// engine's activity (1.24 ms alone; docs/benchmarks/real-gpu.md), so what the plan leaves out
     /// is not asked.
     fn gpm_read(
         &mut self,
