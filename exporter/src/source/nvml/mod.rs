@@ -46,7 +46,7 @@ use std::path::PathBuf;
 // a DRA driver preparing a claim) and a workload waits for it, so it is found within a
 // cycle. Nothing cheaper tells: a new instance raises no error anywhere. The cost is
 // bounded by the node: 1 call, plus 1 per MIG-capable GPU not in MIG mode and 8 + 1 per
-// instance per GPU in MIG mode; README gives the measured figure. GPUs NVML has not
+// instance per GPU in MIG mode; docs/exporter/devices.md gives the measured figure. GPUs NVML has not
 // enumerated yet are found by one sysfs directory listing (`sysfs`, 8–10 µs).
 
 /// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
