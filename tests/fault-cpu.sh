@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CPU an exporter uses while a fault lasts (BENCHMARKS.md, "Fault recovery (issue 20)").
+# CPU an exporter uses while a fault lasts (docs/benchmarks/robustness.md, "Fault recovery").
 #
 #   tests/fault-cpu.sh [EXPORTER] [CASE] [SECONDS] [INTERVAL_MS]
 #

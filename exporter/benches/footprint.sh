@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Footprint of release builds: binary size, and resident memory 8 s after start with
-# 10 scrapes (the method of BENCHMARKS.md's earlier memory rows).
+# 10 scrapes (the method of the memory rows in docs/benchmarks/attribution.md).
 #
 #   bash exporter/benches/footprint.sh BINDIR [LIBDIR]
 #

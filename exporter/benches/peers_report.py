@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render exporter/benches/peers.py's JSON as the Markdown of BENCHMARKS.md's peer
+"""Render exporter/benches/peers.py's JSON as the Markdown of docs/benchmarks/nvml.md's peer
 section: one row per measure, each peer's figure, and the ratio ours/peer.
 
     python3 peers_report.py peers.json SCENARIO FROZEN_AT_S MACHINE VERSIONS

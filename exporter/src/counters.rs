@@ -449,7 +449,7 @@ mod tests {
 
     /// A file at the size limit made of one line of a million fields, or of a million
     /// escaped quotes, is read in one pass (it used to copy the rest of the line at
-    /// every field: ~20 s of CPU at startup; BENCHMARKS.md "Fuzzing (issue 20)").
+    /// every field: ~20 s of CPU at startup; docs/benchmarks/robustness.md "Fuzzing").
     #[test]
     fn a_megabyte_line_is_read_whole_and_counted() {
         let fields = 1 << 20;

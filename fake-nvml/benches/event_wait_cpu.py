@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU a client spends blocked in nvmlEventSetWait_v2 for 10 s with nothing due.
 
-Run against the fake library (BENCHMARKS.md, "Fake NVML breadth (issue 16)"):
+Run against the fake library (docs/benchmarks/nvml.md, "`nvmlEventSetWait` idle CPU"):
 
     LD_LIBRARY_PATH=DIR_WITH_libnvidia-ml.so.1 GPU_SIM_SCENARIO=builtin:default \\
         [GPU_SIM_FROZEN_AT_S=60] python3 fake-nvml/benches/event_wait_cpu.py

@@ -14,7 +14,7 @@ Used by tests/tests/e2e/nvml_fidelity.rs. Three parts:
   wants a struct the sweep cannot build). Any "FunctionNotFound" is a failure.
 - `values`: a sample of answers, which the Rust test checks against the gpu-sim model.
 
-With `--summary`, prints one line of counts instead (the figures in BENCHMARKS.md).
+With `--summary`, prints one line of counts instead (the figures in docs/benchmarks/nvml.md).
 """
 
 import inspect

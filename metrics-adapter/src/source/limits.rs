@@ -19,8 +19,9 @@
 //! few times its JSON size once decoded) stay within the ~96 MiB left. A 10,000-GPU
 //! answer from Prometheus is ~3 MB per query, an exporter's ~200 KB: the 16 MiB response
 //! limit is five times the largest. Measured against 200 MB answers and a 15 MiB
-//! protobuf, the defaults peak 47 to 82 MB above the adapter's idle 24 MB (BENCHMARKS.md,
-//! issue 20). Raise the memory limit with these flags.
+//! protobuf, the defaults peak 47 to 82 MB above the adapter's idle 24 MB
+//! (docs/benchmarks/adapter.md, "Adapter memory bounds"). Raise the memory limit with
+//! these flags.
 
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

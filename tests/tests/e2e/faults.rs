@@ -11,7 +11,7 @@
 //! knows the instant a fault ends and times recovery from there by polling. Each outage
 //! lasts a number of failed cycles or lists counted by the exporter itself, long enough
 //! that a doubling backoff would have grown past the recovery bound. Every recovery
-//! time is printed (`recovery CASE: N ms`) for BENCHMARKS.md.
+//! time is printed (`recovery CASE: N ms`) for docs/benchmarks/robustness.md.
 
 use e2e_tests::{
     Exporter, KubeNode, fake_nvml, fixture, get, sample_value, samples, scratch_dir, series_values,

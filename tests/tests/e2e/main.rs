@@ -17,6 +17,7 @@ mod dcgm_dropin;
 mod demo;
 mod deploy;
 mod deploy_llm_serving;
+mod docs;
 mod dra;
 mod faults;
 mod faults_adapter;

@@ -45,7 +45,7 @@ use std::path::PathBuf;
 // a DRA driver preparing a claim) and a workload waits for it, so it is found within a
 // cycle. Nothing cheaper tells: a new instance raises no error anywhere. The cost is
 // bounded by the node: 1 call, plus 1 per MIG-capable GPU not in MIG mode and 8 + 1 per
-// instance per GPU in MIG mode; README gives the measured figure. GPUs NVML has not
+// instance per GPU in MIG mode; docs/exporter/devices.md gives the measured figure. GPUs NVML has not
 // enumerated yet are found by one sysfs directory listing (`sysfs`, 8–10 µs).
 
 /// Quantities read through `nvmlDeviceGetFieldValues`, all of a GPU's in one call per
@@ -462,7 +462,7 @@ impl NvmlSource {
     /// The GPM metrics of `entity` over the interval since its previous sample, one per [`GPM_METRICS`] entry:
     /// computed only where `wanted` (indexed like it) is set, `NotSupported` elsewhere.
     /// On a real H100 `nvmlGpmMetricsGet` costs 3.4 µs a metric, except the graphics
-    /// engine's activity (1.24 ms alone; BENCHMARKS.md), so what the plan leaves out
+    /// engine's activity (1.24 ms alone; docs/benchmarks/real-gpu.md), so what the plan leaves out
     /// is not asked.
     fn gpm_read(
         &mut self,

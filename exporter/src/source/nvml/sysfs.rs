@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(b.gpus(), set(&["0000:18:00.0"]));
     }
 
-    /// The cost of one steady-state check on a real sysfs (README, "Devices that come
+    /// The cost of one steady-state check on a real sysfs (docs/exporter/devices.md, "Devices that come
     /// and go"): `SYSFS_CHECK_ROOT=/sys cargo test -p gpu-exporter --lib check_cost --
     /// --ignored --nocapture`.
     #[test]
