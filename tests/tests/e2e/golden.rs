@@ -418,6 +418,11 @@ fn model_value(
         }
         // The counters CSV given by -f loads.
         "gpu_exporter_config_last_reload_successful" => Some(Some(1.0)),
+        // One scraper on a fresh exporter: no connection is refused, for either reason.
+        "gpu_exporter_http_connections_refused" => match label("reason") {
+            Some("per_address" | "max_connections") => Some(Some(0.0)),
+            other => return Err(format!("{family}: unknown reason {other:?}")),
+        },
         "gpu_exporter_last_sample_timestamp_seconds"
         | "gpu_exporter_config_last_reload_success_timestamp_seconds"
         | "gpu_exporter_sample_duration_seconds"
