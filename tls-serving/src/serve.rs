@@ -720,8 +720,14 @@ fn tracked_service(
         request.extensions_mut().insert(peer.clone());
         request.extensions_mut().insert(RemoteAddr(remote));
         let allowed = only.as_ref().is_none_or(|only| {
-            only.ticket.serving.store(true, Ordering::Release);
-            only.paths.iter().any(|p| p == request.uri().path())
+            let health = only.paths.iter().any(|p| p == request.uri().path());
+            // Only a probe's request holds its reserve place: a flood's request is
+            // refused at once, and its connection may be evicted for the next one
+            // rather than keep a probe out while it closes (issue 27).
+            if health {
+                only.ticket.serving.store(true, Ordering::Release);
+            }
+            health
         });
         let call = allowed.then(|| router.clone().oneshot(request));
         async move {
