@@ -366,6 +366,37 @@ async fn a_flood_at_the_cap_still_gets_health_answered_over_tls() {
     drop(flood);
 }
 
+/// Issue 27: a reserve connection whose request is not a probe's is refused at once,
+/// but an HTTP/2 one stays open after its 503, and it used to hold its reserve place as
+/// "serving" for the whole health timeout, keeping probes out. Only a health path now
+/// holds a place; the flood's connection is evicted for the probe.
+#[tokio::test]
+async fn a_flood_request_on_the_reserve_does_not_keep_probes_out() {
+    const HEADERS: u8 = 0x1;
+    let limits = Limits {
+        max_connections: 1,
+        health_reserve: 1,
+        health_paths: vec!["/healthz".to_string()],
+        health_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let addr = start(None, limits).await;
+    let _slot = TcpStream::connect(&addr).await.expect("connect");
+    // The reserve's one place: HTTP/2, a request for a path it does not serve.
+    let mut flood = TcpStream::connect(&addr).await.expect("connect");
+    flood.write_all(H2_PREFACE).await.expect("preface");
+    flood.write_all(&h2_get(1, "/")).await.expect("request");
+    let (answered, seen) =
+        read_frames_until(&mut flood, PATIENCE, |f| f.0 == HEADERS && f.2 == 1).await;
+    assert!(answered, "the flood's request answered (503): {seen:?}");
+    assert_eq!(status_of(&addr, "/healthz").await, Some(200));
+    assert!(
+        read_until_closed(&mut flood, PATIENCE).await.is_ok(),
+        "the flood's connection was evicted"
+    );
+}
+
 /// A HEADERS frame (END_HEADERS, END_STREAM) for `GET path` on `stream`, its header
 /// block in HPACK without touching the dynamic table: indexed `:method GET` and
 /// `:scheme http`, literal `:path` and `:authority` with indexed names.
