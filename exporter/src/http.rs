@@ -405,8 +405,8 @@ impl http_body::Body for MetricsBody {
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        let len = self.cached.as_ref().map_or(0, Bytes::len)
-            + self.scrape.as_ref().map_or(0, Bytes::len);
+        let len =
+            self.cached.as_ref().map_or(0, Bytes::len) + self.scrape.as_ref().map_or(0, Bytes::len);
         http_body::SizeHint::with_exact(len as u64)
     }
 }
@@ -804,7 +804,10 @@ mod tests {
             "",
             "soon",
         ] {
-            for query in [format!("newer_than=a-1&wait={wait}"), format!("wait={wait}")] {
+            for query in [
+                format!("newer_than=a-1&wait={wait}"),
+                format!("wait={wait}"),
+            ] {
                 let read = std::panic::catch_unwind(|| read_hold_query(&query, cap))
                     .unwrap_or_else(|_| panic!("{query} panicked"));
                 assert_eq!(read, Err(BadWait(wait.to_string())), "{query}");

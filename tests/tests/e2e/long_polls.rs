@@ -42,7 +42,10 @@ fn absurd_waits_are_refused_and_the_exporter_keeps_serving() {
         "NaN",
         "infs",
     ] {
-        for query in [format!("newer_than={token}&wait={wait}"), format!("wait={wait}")] {
+        for query in [
+            format!("newer_than={token}&wait={wait}"),
+            format!("wait={wait}"),
+        ] {
             // A few times each: one panicking request per connection would otherwise
             // go unnoticed behind a reconnect.
             for _ in 0..3 {
@@ -82,7 +85,8 @@ fn h2_get(stream: u32, path: &str, gzip: bool) -> Vec<u8> {
 
 /// The client preface and SETTINGS with INITIAL_WINDOW_SIZE 0: the server may send no
 /// response body byte on any stream.
-const H2_ZERO_WINDOW_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00";
+const H2_ZERO_WINDOW_PREFACE: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00";
 
 /// Opens an h2c connection with a zero window, sends `paths` as streams and reads until
 /// every one has its response HEADERS (the body then rendered and parked in the
@@ -180,12 +184,17 @@ fn parked_http2_responses_share_their_snapshot() {
                 })
             })
             .collect();
-        threads.into_iter().map(|t| t.join().expect("client")).collect()
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("client"))
+            .collect()
     });
     let answered: usize = parked.iter().map(|(_, n)| n).sum();
     assert_eq!(answered, CONNECTIONS * STREAMS, "every stream answered");
     let grown = rss_kib(pid).saturating_sub(before);
-    eprintln!("RSS {before} KiB before, grew {grown} KiB with {answered} parked answers of {body_len} B");
+    eprintln!(
+        "RSS {before} KiB before, grew {grown} KiB with {answered} parked answers of {body_len} B"
+    );
     // 2,000 copies of the body would be `2000 * body_len`; allow a fifth of that
     // (hyper's and h2's per-stream state and the per-scrape parts are a few KB each).
     let copies_kib = (CONNECTIONS * STREAMS) as u64 * body_len / 1024;
