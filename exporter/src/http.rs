@@ -80,8 +80,10 @@ pub struct AppState {
     /// Per-scrape bytes of response bodies not yet sent or dropped.
     unsent: Arc<AtomicUsize>,
     unsent_budget: usize,
-    /// Milliseconds from `origin` of the last bound log line, plus one (0: never).
-    bound_logged_ms: AtomicU64,
+    /// Milliseconds from `origin` of the last log line of each bound (held requests,
+    /// unsent bytes), plus one (0: never).
+    held_logged_ms: AtomicU64,
+    unsent_logged_ms: AtomicU64,
     origin: Instant,
 }
 
@@ -98,7 +100,8 @@ impl AppState {
             max_held: DEFAULT_MAX_HELD,
             unsent: Arc::new(AtomicUsize::new(0)),
             unsent_budget: MAX_UNSENT_SCRAPE_BYTES,
-            bound_logged_ms: AtomicU64::new(0),
+            held_logged_ms: AtomicU64::new(0),
+            unsent_logged_ms: AtomicU64::new(0),
             origin: Instant::now(),
         }
     }
@@ -118,16 +121,16 @@ impl AppState {
         self
     }
 
-    /// Whether a bound's log line is due (at most one per [`BOUND_LOG_INTERVAL`]).
-    fn bound_log_due(&self) -> bool {
+    /// Whether a bound's log line is due (at most one per [`BOUND_LOG_INTERVAL`]);
+    /// `logged` is when that bound was last logged.
+    fn log_due(&self, logged: &AtomicU64) -> bool {
         let now = u64::try_from(self.origin.elapsed().as_millis())
             .unwrap_or(u64::MAX)
             .saturating_add(1);
-        let last = self.bound_logged_ms.load(Ordering::Relaxed);
+        let last = logged.load(Ordering::Relaxed);
         let interval = u64::try_from(BOUND_LOG_INTERVAL.as_millis()).unwrap_or(u64::MAX);
         (last == 0 || now.saturating_sub(last) >= interval)
-            && self
-                .bound_logged_ms
+            && logged
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
     }
@@ -445,7 +448,7 @@ async fn metrics(
                 }
                 Err(_) => {
                     release_connection = version <= axum::http::Version::HTTP_11;
-                    if state.bound_log_due() {
+                    if state.log_due(&state.held_logged_ms) {
                         tracing::warn!(
                             max_held = state.max_held,
                             "long-poll limit reached; answering further long polls at once"
@@ -464,7 +467,7 @@ async fn metrics(
     let gzip = accepts_gzip(&headers);
     let rendered = encode::render_parts(snap, stats, fmt, fresh, gzip);
     let Some(unsent) = state.reserve_unsent(rendered.scrape.len()) else {
-        if state.bound_log_due() {
+        if state.log_due(&state.unsent_logged_ms) {
             tracing::warn!(
                 budget_bytes = state.unsent_budget,
                 "too many /metrics responses not yet read by their clients; answering 503"
