@@ -22,9 +22,11 @@
 //! cap): beyond it a request that would be held is answered at once as a plain scrape
 //! (the client's own snapshot again, so a follower such as the metrics adapter falls
 //! back to polling at its interval), with `Connection: close` on HTTP/1.1 so it leaves
-//! its connection slot to probes and scrapers. Kubernetes' API server treats watches
-//! beyond its long-running limit the same way: they do not count against, or take,
-//! the slots of ordinary requests. Every body shares its snapshot's rendered buffer;
+//! its connection slot to probes and scrapers. That is the answer of an exporter that
+//! does not hold at all, which followers already handle (the adapter then polls at its
+//! interval); a `429`/`503` would make the adapter report a failed target instead. The
+//! `wait` cap is Consul's for blocking queries: a longer `wait` is served as the cap,
+//! not refused. Every body shares its snapshot's rendered buffer;
 //! what a response adds (the ~1 KB per-scrape part) counts against
 //! [`MAX_UNSENT_SCRAPE_BYTES`] until it is sent or dropped, and a scrape beyond it is
 //! `503` with `Retry-After`, so responses parked under HTTP/2 flow control stay bounded.
