@@ -830,6 +830,26 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The fuzz target's invariants (tests/fuzz/fuzz_targets/long_poll_query.rs) on
+        /// queries built from the grammar's pieces: never a panic, never held past the
+        /// cap, held only with a token, refused only for a `wait`.
+        #[test]
+        fn any_query_is_read_within_its_bounds(
+            query in "((newer_than|wait|x)=([0-9]{0,22}|[0-9.e+-]{1,8})(ns|us|ms|s|m|h|)(&|)){0,4}"
+        ) {
+            let cap = Duration::from_secs(2);
+            let has_token = query
+                .split('&')
+                .any(|pair| pair.strip_prefix("newer_than=").is_some_and(|t| !t.is_empty()));
+            match read_hold_query(&query, cap) {
+                Ok(Some(wait)) => proptest::prop_assert!(wait <= cap && has_token),
+                Ok(None) => proptest::prop_assert!(!has_token),
+                Err(_) => proptest::prop_assert!(query.split('&').any(|p| p.starts_with("wait="))),
+            }
+        }
+    }
+
     #[tokio::test]
     async fn an_unreadable_wait_is_a_bad_request() {
         use tower::ServiceExt;
