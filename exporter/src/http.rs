@@ -13,6 +13,23 @@
 //! sample within a round trip of it being taken instead of up to a scrape interval
 //! later, and is sent each snapshot once. Prometheus sends neither parameter and is
 //! answered as before.
+//!
+//! ## Bounds (issue 27)
+//!
+//! `wait` is Go's duration syntax or whole milliseconds; longer than the cap is the cap,
+//! and anything unreadable (negative, `1e308s`, beyond 2^63 ns) is `400 Bad Request`.
+//! At most [`AppState::with_max_held`] requests are held at once (half the connection
+//! cap): beyond it a request that would be held is answered at once as a plain scrape
+//! (the client's own snapshot again, so a follower such as the metrics adapter falls
+//! back to polling at its interval), with `Connection: close` on HTTP/1.1 so it leaves
+//! its connection slot to probes and scrapers. That is the answer of an exporter that
+//! does not hold at all, which followers already handle (the adapter then polls at its
+//! interval); a `429`/`503` would make the adapter report a failed target instead. The
+//! `wait` cap is Consul's for blocking queries: a longer `wait` is served as the cap,
+//! not refused. Every body shares its snapshot's rendered buffer;
+//! what a response adds (the ~1 KB per-scrape part) counts against
+//! [`MAX_UNSENT_SCRAPE_BYTES`] until it is sent or dropped, and a scrape beyond it is
+//! `503` with `Retry-After`, so responses parked under HTTP/2 flow control stay bounded.
 
 use crate::encode::{self, Format, SCRAPE_BUCKETS, ScrapeStats};
 use crate::snapshot::SnapshotStore;
@@ -21,9 +38,13 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{any, get};
+use bytes::Bytes;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
 
 /// Readings older than this many collect intervals are not served and make `/readyz` fail.
 pub const STALE_INTERVALS: u32 = 3;
@@ -36,6 +57,18 @@ pub const GENERATION_HEADER: &str = "x-snapshot-generation";
 /// has not published for this long is late, and the client should hear so.
 pub const MAX_HOLD_INTERVALS: u32 = 2;
 
+/// Requests held at once unless [`AppState::with_max_held`] says otherwise: half the
+/// default connection cap.
+pub const DEFAULT_MAX_HELD: usize = 256;
+
+/// The per-scrape bytes of responses not yet sent (or dropped) that the exporter keeps
+/// at once: ~8,000 parked responses of ~1 KB. Their shared snapshot part is not
+/// counted; it exists once however many responses carry it.
+pub const MAX_UNSENT_SCRAPE_BYTES: usize = 8 << 20;
+
+/// How often a refused hold or an exhausted response budget is logged at most.
+const BOUND_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 pub struct AppState {
     pub store: Arc<SnapshotStore>,
     pub interval: Duration,
@@ -45,6 +78,17 @@ pub struct AppState {
     scrape_buckets: [AtomicU64; SCRAPE_BUCKETS.len()],
     /// The listener's refusals, served with each scrape.
     pub listener: Arc<tls_serving::ListenerStats>,
+    /// One permit per request that may be held at once.
+    holds: Arc<Semaphore>,
+    max_held: usize,
+    /// Per-scrape bytes of response bodies not yet sent or dropped.
+    unsent: Arc<AtomicUsize>,
+    unsent_budget: usize,
+    /// Milliseconds from `origin` of the last log line of each bound (held requests,
+    /// unsent bytes), plus one (0: never).
+    held_logged_ms: AtomicU64,
+    unsent_logged_ms: AtomicU64,
+    origin: Instant,
 }
 
 impl AppState {
@@ -57,6 +101,67 @@ impl AppState {
             scrape_nanos: AtomicU64::new(0),
             scrape_buckets: Default::default(),
             listener: Arc::default(),
+            holds: Arc::new(Semaphore::new(DEFAULT_MAX_HELD)),
+            max_held: DEFAULT_MAX_HELD,
+            unsent: Arc::new(AtomicUsize::new(0)),
+            unsent_budget: MAX_UNSENT_SCRAPE_BYTES,
+            held_logged_ms: AtomicU64::new(0),
+            unsent_logged_ms: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    /// At most `max` requests held at once (at least one); beyond, a request that would
+    /// be held is answered at once.
+    pub fn with_max_held(mut self, max: usize) -> AppState {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
+        self.holds = Arc::new(Semaphore::new(max));
+        self.max_held = max;
+        self
+    }
+
+    /// At most `bytes` of per-scrape response bytes unsent at once.
+    pub fn with_unsent_budget(mut self, bytes: usize) -> AppState {
+        self.unsent_budget = bytes;
+        self
+    }
+
+    /// Whether a bound's log line is due (at most one per [`BOUND_LOG_INTERVAL`]);
+    /// `logged` is when that bound was last logged.
+    fn log_due(&self, logged: &AtomicU64) -> bool {
+        let now = u64::try_from(self.origin.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = logged.load(Ordering::Relaxed);
+        let interval = u64::try_from(BOUND_LOG_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        (last == 0 || now.saturating_sub(last) >= interval)
+            && logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Counts `bytes` against the unsent budget, or `None` when they do not fit.
+    fn reserve_unsent(&self, bytes: usize) -> Option<UnsentGuard> {
+        let mut current = self.unsent.load(Ordering::Relaxed);
+        loop {
+            let next = current.checked_add(bytes)?;
+            if next > self.unsent_budget {
+                return None;
+            }
+            match self.unsent.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(UnsentGuard {
+                        unsent: self.unsent.clone(),
+                        bytes,
+                    });
+                }
+                Err(seen) => current = seen,
+            }
         }
     }
 
@@ -210,61 +315,152 @@ struct Hold<'q> {
     wait: Duration,
 }
 
-/// `newer_than` and `wait` from the query string; `None` for an ordinary scrape. An
-/// unreadable `wait` is the cap, so a typo cannot make a request hang longer.
-fn hold_request(query: Option<&str>, cap: Duration) -> Option<Hold<'_>> {
+/// A `wait` that is no duration: the request is refused with `400`.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("wait={0:?} is not a duration (Go's syntax such as 1500ms or 2s, or whole milliseconds)")]
+pub struct BadWait(String);
+
+/// `newer_than` and `wait` from the query string; `Ok(None)` for an ordinary scrape. A
+/// `wait` longer than `cap` is `cap`, so no request is held longer; an unreadable one is
+/// an error, whether or not `newer_than` is given.
+fn hold_request(query: Option<&str>, cap: Duration) -> Result<Option<Hold<'_>>, BadWait> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
     let mut newer_than = None;
     let mut wait = cap;
-    for pair in query?.split('&') {
+    for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("newer_than", token)) if !token.is_empty() => newer_than = Some(token),
-            Some(("wait", w)) => {
-                wait = parse_wait(w).unwrap_or(cap).min(cap);
-            }
+            Some(("wait", w)) => wait = parse_wait(w)?.min(cap),
             _ => {}
         }
     }
-    Some(Hold {
-        newer_than: newer_than?,
-        wait,
-    })
+    Ok(newer_than.map(|newer_than| Hold { newer_than, wait }))
 }
 
-/// `1500ms`, `2s` or plain milliseconds.
-fn parse_wait(text: &str) -> Option<Duration> {
-    if let Some(ms) = text.strip_suffix("ms") {
-        ms.parse().ok().map(Duration::from_millis)
-    } else if let Some(s) = text.strip_suffix('s') {
-        s.parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64)
+/// `wait`: Go's duration syntax (`1500ms`, `2s`, `0.5s`, the one grammar of
+/// [`kube_support::duration`]) or whole milliseconds (`250`). Every value it returns is
+/// a valid `Duration`; overflow, negatives and floats' spellings (`1e308s`, `NaN`) are
+/// refused rather than converted.
+fn parse_wait(text: &str) -> Result<Duration, BadWait> {
+    let bad = || BadWait(text.chars().take(64).collect());
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        text.parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| bad())
     } else {
-        text.parse().ok().map(Duration::from_millis)
+        kube_support::duration::parse(text).map_err(|_| bad())
+    }
+}
+
+/// Reads a `/metrics` query as the handler does, for the fuzz target: `Ok(Some(wait))`
+/// for a long poll, `Ok(None)` for a plain scrape, `Err` for a `400`. Never panics.
+#[doc(hidden)]
+pub fn read_hold_query(query: &str, cap: Duration) -> Result<Option<Duration>, BadWait> {
+    hold_request(Some(query), cap).map(|hold| hold.map(|h| h.wait))
+}
+
+/// Per-scrape bytes counted against [`AppState`]'s unsent budget until dropped.
+struct UnsentGuard {
+    unsent: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for UnsentGuard {
+    fn drop(&mut self) {
+        self.unsent.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// A `/metrics` body: the snapshot's shared part, then this scrape's own, with its
+/// length known (`Content-Length`). Holds its per-scrape bytes against the budget
+/// until sent or dropped.
+struct MetricsBody {
+    cached: Option<Bytes>,
+    scrape: Option<Bytes>,
+    _unsent: Option<UnsentGuard>,
+}
+
+impl MetricsBody {
+    fn new(rendered: encode::Rendered, unsent: UnsentGuard) -> MetricsBody {
+        let non_empty = |b: Bytes| (!b.is_empty()).then_some(b);
+        MetricsBody {
+            cached: non_empty(rendered.cached),
+            scrape: non_empty(Bytes::from(rendered.scrape)),
+            _unsent: Some(unsent),
+        }
+    }
+}
+
+impl http_body::Body for MetricsBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.cached.take().or_else(|| self.scrape.take());
+        if self.cached.is_none() && self.scrape.is_none() {
+            // Sent in full (hyper holds at most this last chunk): the budget is free.
+            self._unsent = None;
+        }
+        Poll::Ready(next.map(|data| Ok(http_body::Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.cached.is_none() && self.scrape.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let len =
+            self.cached.as_ref().map_or(0, Bytes::len) + self.scrape.as_ref().map_or(0, Bytes::len);
+        http_body::SizeHint::with_exact(len as u64)
     }
 }
 
 async fn metrics(
     State(state): State<Arc<AppState>>,
     RawQuery(query): RawQuery,
+    version: axum::http::Version,
     headers: HeaderMap,
 ) -> Response {
+    let hold = match hold_request(query.as_deref(), state.interval * MAX_HOLD_INTERVALS) {
+        Ok(hold) => hold,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
     // Subscribe before loading, so a publication between the two still wakes the hold.
     let mut published = state.store.subscribe();
     let mut current = state.store.load_published();
     let mut held = false;
-    if let Some(hold) = hold_request(query.as_deref(), state.interval * MAX_HOLD_INTERVALS) {
+    // Beyond the cap on held requests: answered at once, and the slot given back.
+    let mut release_connection = false;
+    if let Some(hold) = hold {
         if hold.newer_than == state.store.token(current.generation) {
-            held = true;
-            let woke = tokio::time::timeout(hold.wait, published.changed()).await;
-            current = state.store.load_published();
-            if !matches!(woke, Ok(Ok(()))) {
-                // Nothing new within the wait: say so without a body.
-                return (
-                    StatusCode::NOT_MODIFIED,
-                    [(GENERATION_HEADER, state.store.token(current.generation))],
-                )
-                    .into_response();
+            match state.holds.clone().try_acquire_owned() {
+                Ok(_permit) => {
+                    held = true;
+                    let woke = tokio::time::timeout(hold.wait, published.changed()).await;
+                    current = state.store.load_published();
+                    if !matches!(woke, Ok(Ok(()))) {
+                        // Nothing new within the wait: say so without a body.
+                        return (
+                            StatusCode::NOT_MODIFIED,
+                            [(GENERATION_HEADER, state.store.token(current.generation))],
+                        )
+                            .into_response();
+                    }
+                }
+                Err(_) => {
+                    release_connection = version <= axum::http::Version::HTTP_11;
+                    if state.log_due(&state.held_logged_ms) {
+                        tracing::warn!(
+                            max_held = state.max_held,
+                            "long-poll limit reached; answering further long polls at once"
+                        );
+                    }
+                }
             }
         }
     }
@@ -275,14 +471,29 @@ async fn metrics(
     let fresh = started.saturating_duration_since(snap.taken) <= state.max_age();
     let stats = state.scrape_stats();
     let gzip = accepts_gzip(&headers);
-    let body = encode::render(snap, stats, fmt, fresh, gzip);
+    let rendered = encode::render_parts(snap, stats, fmt, fresh, gzip);
+    let Some(unsent) = state.reserve_unsent(rendered.scrape.len()) else {
+        if state.log_due(&state.unsent_logged_ms) {
+            tracing::warn!(
+                budget_bytes = state.unsent_budget,
+                "too many /metrics responses not yet read by their clients; answering 503"
+            );
+        }
+        let retry = state.interval.as_secs().max(1).to_string();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, retry)],
+            "too many responses in flight\n",
+        )
+            .into_response();
+    };
     state.observe_scrape(started.elapsed());
     tracing::debug!(
         format = fmt.name(),
         gzip,
         held,
         generation = current.generation,
-        bytes = body.len(),
+        bytes = rendered.len(),
         "served /metrics"
     );
     let token = HeaderValue::from_str(&state.store.token(current.generation))
@@ -302,13 +513,16 @@ async fn metrics(
                 HeaderValue::from_static("Accept, Accept-Encoding"),
             ),
         ],
-        body,
+        axum::body::Body::new(MetricsBody::new(rendered, unsent)),
     )
         .into_response();
     let headers = response.headers_mut();
     headers.insert(GENERATION_HEADER, token);
     if gzip {
         headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    if release_connection {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
 }
@@ -538,8 +752,9 @@ mod tests {
                 INTERVAL * MAX_HOLD_INTERVALS,
             ),
             (format!("newer_than={held}"), INTERVAL * MAX_HOLD_INTERVALS),
+            // Whole milliseconds as large as they come: still the cap.
             (
-                format!("newer_than={held}&wait=soon"),
+                format!("newer_than={held}&wait=18446744073709551615"),
                 INTERVAL * MAX_HOLD_INTERVALS,
             ),
         ] {
@@ -554,16 +769,202 @@ mod tests {
     #[test]
     fn hold_requests_are_read_from_the_query() {
         let cap = Duration::from_secs(2);
-        assert_eq!(hold_request(None, cap), None);
-        assert_eq!(hold_request(Some("wait=1s"), cap), None);
-        assert_eq!(hold_request(Some("newer_than="), cap), None);
+        assert_eq!(hold_request(None, cap), Ok(None));
+        assert_eq!(hold_request(Some("wait=1s"), cap), Ok(None));
+        assert_eq!(hold_request(Some("newer_than="), cap), Ok(None));
         assert_eq!(
             hold_request(Some("x=1&newer_than=ab-3&wait=250"), cap),
-            Some(Hold {
+            Ok(Some(Hold {
                 newer_than: "ab-3",
                 wait: Duration::from_millis(250)
-            })
+            }))
         );
+        assert_eq!(
+            hold_request(Some("newer_than=ab-3&wait=1m30s"), cap),
+            Ok(Some(Hold {
+                newer_than: "ab-3",
+                wait: cap
+            }))
+        );
+    }
+
+    /// Issue 27: `wait=1e308s` panicked the handler (`Duration::from_secs_f64`), as did
+    /// every value past `Duration::MAX`. Each such value is refused or capped, never a
+    /// panic, with or without `newer_than`.
+    #[test]
+    fn absurd_waits_are_refused_or_capped_never_a_panic() {
+        let cap = Duration::from_secs(2);
+        for wait in [
+            "1e308s",
+            "1e20s",
+            "18446744073709551616s",
+            "18446744073709551616",
+            "99999999999999999999ms",
+            "9223372036854775808ns",
+            "-1s",
+            "-0.5s",
+            "NaN",
+            "nans",
+            "infs",
+            "inf",
+            "-inf",
+            "0x10s",
+            "1.5",
+            "",
+            "soon",
+        ] {
+            for query in [
+                format!("newer_than=a-1&wait={wait}"),
+                format!("wait={wait}"),
+            ] {
+                let read = std::panic::catch_unwind(|| read_hold_query(&query, cap))
+                    .unwrap_or_else(|_| panic!("{query} panicked"));
+                assert_eq!(read, Err(BadWait(wait.to_string())), "{query}");
+            }
+        }
+        // Readable, however long: the cap.
+        for wait in [
+            "18446744073709551615",
+            "2562047h47m16.854775807s",
+            "3600000ms",
+            "9223372036s",
+        ] {
+            let query = format!("newer_than=a-1&wait={wait}");
+            assert_eq!(read_hold_query(&query, cap), Ok(Some(cap)), "{query}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The fuzz target's invariants (tests/fuzz/fuzz_targets/long_poll_query.rs) on
+        /// queries built from the grammar's pieces: never a panic, never held past the
+        /// cap, held only with a token, refused only for a `wait`.
+        #[test]
+        fn any_query_is_read_within_its_bounds(
+            query in "((newer_than|wait|x)=([0-9]{0,22}|[0-9.e+-]{1,8})(ns|us|ms|s|m|h|)(&|)){0,4}"
+        ) {
+            let cap = Duration::from_secs(2);
+            let has_token = query
+                .split('&')
+                .any(|pair| pair.strip_prefix("newer_than=").is_some_and(|t| !t.is_empty()));
+            match read_hold_query(&query, cap) {
+                Ok(Some(wait)) => proptest::prop_assert!(wait <= cap && has_token),
+                Ok(None) => proptest::prop_assert!(!has_token),
+                Err(_) => proptest::prop_assert!(query.split('&').any(|p| p.starts_with("wait="))),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_wait_is_a_bad_request() {
+        use tower::ServiceExt;
+        let store = store();
+        let app = router(Arc::new(AppState::new(store.clone(), INTERVAL, false)));
+        let held = store.token(1);
+        for query in [
+            format!("newer_than={held}&wait=1e308s"),
+            format!("newer_than={held}&wait=18446744073709551616s"),
+            "wait=1e20s".to_string(),
+        ] {
+            let request = axum::http::Request::get(format!("/metrics?{query}"))
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = app.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{query}");
+        }
+    }
+
+    /// GET `uri` on `app`.
+    async fn call(app: &Router, uri: &str) -> Response {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get(uri)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        app.clone().oneshot(request).await.unwrap()
+    }
+
+    /// Issue 27: beyond the cap on held requests a long poll is answered at once with
+    /// the client's snapshot, and told to close its HTTP/1.1 connection.
+    #[tokio::test(start_paused = true)]
+    async fn long_polls_beyond_the_cap_are_answered_at_once() {
+        let store = store();
+        let app = router(Arc::new(
+            AppState::new(store.clone(), INTERVAL, false).with_max_held(1),
+        ));
+        let uri = format!("/metrics?newer_than={}", store.token(1));
+        let first = tokio::spawn({
+            let (app, uri) = (app.clone(), uri.clone());
+            async move { call(&app, &uri).await }
+        });
+        tokio::task::yield_now().await;
+        let start = tokio::time::Instant::now();
+        let second = call(&app, &uri).await;
+        assert_eq!(tokio::time::Instant::now(), start, "not held");
+        assert_eq!(second.status(), StatusCode::OK);
+        assert_eq!(second.headers()[GENERATION_HEADER], store.token(1).as_str());
+        assert_eq!(second.headers()[header::CONNECTION], "close");
+        assert!(!first.is_finished(), "the first is still held");
+        // The held one ends on publication, and its permit goes back.
+        store.store(store.load());
+        let first = first.await.unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        assert!(first.headers().get(header::CONNECTION).is_none());
+        let third = tokio::spawn({
+            let app = app.clone();
+            let uri = format!("/metrics?newer_than={}", store.token(2));
+            async move { call(&app, &uri).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished(), "held again once the cap allows");
+    }
+
+    /// Issue 27 (HTTP/2 long polls parking ~2,000 bodies): every body of a snapshot
+    /// shares its one rendered buffer, and the bytes each response adds are bounded in
+    /// total while unsent.
+    #[tokio::test]
+    async fn bodies_share_the_snapshot_and_unsent_bytes_are_bounded() {
+        use http_body_util::BodyExt;
+        let store = store();
+        let per_scrape = encode::render_parts(
+            &store.load(),
+            ScrapeStats::default(),
+            Format::Text,
+            false,
+            false,
+        )
+        .scrape
+        .len();
+        let app = router(Arc::new(
+            AppState::new(store.clone(), INTERVAL, false)
+                .with_unsent_budget(per_scrape * 2 + per_scrape / 2),
+        ));
+        let mut parked = Vec::new();
+        for _ in 0..2 {
+            let response = call(&app, "/metrics").await;
+            assert_eq!(response.status(), StatusCode::OK);
+            parked.push(response.into_body());
+        }
+        let mut first_chunks = Vec::new();
+        for body in &mut parked {
+            let frame = body.frame().await.unwrap().unwrap();
+            first_chunks.push(frame.into_data().unwrap());
+        }
+        assert_eq!(
+            first_chunks[0].as_ptr(),
+            first_chunks[1].as_ptr(),
+            "one buffer, not a copy per response"
+        );
+        let refused = call(&app, "/metrics").await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+        // Sent in full or dropped, a response gives its bytes back.
+        let sent = parked.pop().unwrap().collect().await.unwrap().to_bytes();
+        assert!(sent.ends_with(b"\n"));
+        assert_eq!(call(&app, "/metrics").await.status(), StatusCode::OK);
+        drop(parked);
+        for _ in 0..2 {
+            let _kept = call(&app, "/metrics").await;
+        }
+        assert_eq!(call(&app, "/metrics").await.status(), StatusCode::OK);
     }
 
     #[test]

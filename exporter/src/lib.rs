@@ -305,7 +305,11 @@ pub fn run(cli: Cli) -> Result<()> {
         .spawn(move || sampler::run(sampler, sampler_store, stop_rx))
         .map_err(Error::Serve)?;
 
-    let state = Arc::new(http::AppState::new(store, cli.interval(), cli.openmetrics));
+    // Long polls may hold half the connection slots, so probes and scrapers keep theirs.
+    let state = Arc::new(
+        http::AppState::new(store, cli.interval(), cli.openmetrics)
+            .with_max_held(cli.max_connections as usize / 2),
+    );
     let address = cli.address.clone();
     // Probes carry no credentials, so the paths open to everyone are the health paths.
     let mut limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);

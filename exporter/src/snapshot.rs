@@ -18,11 +18,13 @@ pub(crate) const RENDER_SLOTS: usize = 6;
 /// One cached part of a scrape body: everything a snapshot determines (device families
 /// and the exporter's own per-snapshot metrics), plain and as one gzip member, each
 /// built on the first scrape that asks for it. Only the scrape-duration histogram (and
-/// OpenMetrics' `# EOF`) is added per scrape.
+/// OpenMetrics' `# EOF`) is added per scrape. Reference-counted, so every response
+/// body of a snapshot shares the one buffer instead of copying it (issue 27: a copy per
+/// response parked under HTTP/2 flow control cost ~100 KB each).
 #[derive(Debug, Default)]
 pub(crate) struct RenderCache {
-    pub(crate) plain: OnceLock<Vec<u8>>,
-    pub(crate) gzip: OnceLock<Vec<u8>>,
+    pub(crate) plain: OnceLock<bytes::Bytes>,
+    pub(crate) gzip: OnceLock<bytes::Bytes>,
 }
 
 /// A label value escaped for the text formats (`\`, `"`, newline); borrowed when there is

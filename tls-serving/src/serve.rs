@@ -68,6 +68,12 @@ pub struct Limits {
     pub health_timeout: Duration,
     /// Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub http2_max_concurrent_streams: u32,
+    /// Requests in progress at once over all connections, each until its answer is sent
+    /// or dropped: an HTTP/2 client with a zero flow-control window parks every answer
+    /// it asks for, `max_connections` × `http2_max_concurrent_streams` of them (128,000
+    /// by default, a few KB each). Beyond it a request is answered `503` with
+    /// `Retry-After` at once; the health paths are exempt, so probes still pass.
+    pub max_requests_in_flight: usize,
     /// The largest header block an HTTP/2 client may send (SETTINGS_MAX_HEADER_LIST_SIZE).
     pub http2_max_header_list_size: u32,
     /// The server pings each HTTP/2 connection this often, and closes it when a ping is
@@ -96,6 +102,9 @@ impl Default for Limits {
             health_timeout: Duration::from_secs(2),
             // Go's net/http2 default.
             http2_max_concurrent_streams: 250,
+            // Far above what a metrics endpoint serves at once; ~16 MB of parked
+            // answers at the few KB each costs.
+            max_requests_in_flight: 4096,
             // hyper's default, as an explicit bound.
             http2_max_header_list_size: 16 << 10,
             // gRPC's keepalive timeout is 20 s; pinging every 30 s finds a dead peer
@@ -176,6 +185,9 @@ pub async fn serve(
         limits.health_reserve
     });
     let (closing, closing_rx) = watch::channel(false);
+    let requests = Arc::new(Semaphore::new(
+        limits.max_requests_in_flight.min(Semaphore::MAX_PERMITS),
+    ));
     tokio::pin!(shutdown);
     loop {
         let (stream, remote) = tokio::select! {
@@ -222,6 +234,7 @@ pub async fn serve(
         };
         let connection = Connection {
             router: router.clone(),
+            requests: requests.clone(),
             health: health.clone(),
             limits: limits.clone(),
             closing: closing_rx.clone(),
@@ -432,6 +445,8 @@ impl ProtocolSet {
 /// One accepted connection and what it needs to be served.
 struct Connection {
     router: Router,
+    /// One permit per request in progress on any connection.
+    requests: Arc<Semaphore>,
     /// A health-reserve connection: only the health paths are served, others get 503.
     health: Option<Arc<ReserveTicket>>,
     limits: Arc<Limits>,
@@ -491,6 +506,8 @@ impl Connection {
         });
         let service = TowerToHyperService::new(tracked_service(
             self.router,
+            Arc::from(self.limits.health_paths.as_slice()),
+            self.requests,
             only,
             peer,
             self.remote,
@@ -726,6 +743,9 @@ impl Drop for InFlight {
 struct TrackedBody {
     body: Body,
     _in_flight: InFlight,
+    /// Its place among the requests in progress on all connections (none for the
+    /// health paths).
+    _request: Option<OwnedSemaphorePermit>,
 }
 
 impl http_body::Body for TrackedBody {
@@ -757,9 +777,12 @@ struct HealthOnly {
 }
 
 /// `router` with the connection's extensions on each request, counting requests in
-/// progress on `activity`; with `only`, paths not in it get a 503 instead.
+/// progress on `activity` and in `requests` (all connections; `health_paths` exempt,
+/// a 503 when none is left); with `only`, paths not in it get a 503 instead.
 fn tracked_service(
     router: Router,
+    health_paths: Arc<[String]>,
+    requests: Arc<Semaphore>,
     only: Option<HealthOnly>,
     peer: PeerCertificates,
     remote: SocketAddr,
@@ -777,14 +800,31 @@ fn tracked_service(
         request.extensions_mut().insert(peer.clone());
         request.extensions_mut().insert(RemoteAddr(remote));
         let allowed = only.as_ref().is_none_or(|only| {
-            only.ticket.serving.store(true, Ordering::Release);
-            only.paths.iter().any(|p| p == request.uri().path())
+            let health = only.paths.iter().any(|p| p == request.uri().path());
+            // Only a probe's request holds its reserve place: a flood's request is
+            // refused at once, and its connection may be evicted for the next one
+            // rather than keep a probe out while it closes (issue 27).
+            if health {
+                only.ticket.serving.store(true, Ordering::Release);
+            }
+            health
         });
-        let call = allowed.then(|| router.clone().oneshot(request));
+        let exempt = health_paths.iter().any(|p| p == request.uri().path());
+        let permit = (allowed && !exempt).then(|| requests.clone().try_acquire_owned());
+        let call = match &permit {
+            Some(Err(_)) => None,
+            _ => allowed.then(|| router.clone().oneshot(request)),
+        };
         async move {
-            let response = match call {
-                Some(call) => call.await?,
-                None => (
+            let response = match (call, &permit) {
+                (Some(call), _) => call.await?,
+                (None, Some(Err(_))) => (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    [(axum::http::header::RETRY_AFTER, "1")],
+                    "too many requests in progress\n",
+                )
+                    .into_response(),
+                (None, _) => (
                     axum::http::StatusCode::SERVICE_UNAVAILABLE,
                     [(axum::http::header::CONNECTION, "close")],
                     "too many connections\n",
@@ -795,6 +835,7 @@ fn tracked_service(
                 Body::new(TrackedBody {
                     body,
                     _in_flight: in_flight,
+                    _request: permit.and_then(Result::ok),
                 })
             }))
         }

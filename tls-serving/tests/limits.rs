@@ -444,6 +444,88 @@ async fn a_flood_at_the_cap_still_gets_health_answered_over_tls() {
     drop(flood);
 }
 
+/// Issue 27: answers parked by HTTP/2 clients that never open their window (or held
+/// requests) count against one bound over all connections; beyond it a request is
+/// refused at once, except the health paths.
+#[tokio::test]
+async fn requests_in_progress_are_bounded_over_all_connections() {
+    let limits = Limits {
+        max_requests_in_flight: 2,
+        health_paths: vec!["/healthz".to_string()],
+        idle_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let addr = start(None, limits).await;
+    // Two requests held, on two connections.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = TcpStream::connect(&addr).await.expect("connect");
+        tcp.write_all(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("request");
+        held.push(tcp);
+    }
+    // Their requests reach the server in their own time: wait for the refusal.
+    let deadline = Instant::now() + PATIENCE;
+    let mut third = None;
+    while Instant::now() < deadline {
+        third = status_of(&addr, "/").await;
+        if third == Some(503) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(third, Some(503), "a third request is refused");
+    assert_eq!(
+        status_of(&addr, "/healthz").await,
+        Some(200),
+        "probes exempt"
+    );
+    // A held request that ends gives its place back.
+    drop(held.pop());
+    let deadline = Instant::now() + PATIENCE;
+    let mut after = None;
+    while Instant::now() < deadline {
+        after = status_of(&addr, "/").await;
+        if after == Some(200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(after, Some(200), "served once a place is free");
+}
+
+/// Issue 27: a reserve connection whose request is not a probe's is refused at once,
+/// but an HTTP/2 one stays open after its 503, and it used to hold its reserve place as
+/// "serving" for the whole health timeout, keeping probes out. Only a health path now
+/// holds a place; the flood's connection is evicted for the probe.
+#[tokio::test]
+async fn a_flood_request_on_the_reserve_does_not_keep_probes_out() {
+    const HEADERS: u8 = 0x1;
+    let limits = Limits {
+        max_connections: 1,
+        health_reserve: 1,
+        health_paths: vec!["/healthz".to_string()],
+        health_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let addr = start(None, limits).await;
+    let _slot = TcpStream::connect(&addr).await.expect("connect");
+    // The reserve's one place: HTTP/2, a request for a path it does not serve.
+    let mut flood = TcpStream::connect(&addr).await.expect("connect");
+    flood.write_all(H2_PREFACE).await.expect("preface");
+    flood.write_all(&h2_get(1, "/")).await.expect("request");
+    let (answered, seen) =
+        read_frames_until(&mut flood, PATIENCE, |f| f.0 == HEADERS && f.2 == 1).await;
+    assert!(answered, "the flood's request answered (503): {seen:?}");
+    assert_eq!(status_of(&addr, "/healthz").await, Some(200));
+    assert!(
+        read_until_closed(&mut flood, PATIENCE).await.is_ok(),
+        "the flood's connection was evicted"
+    );
+}
+
 /// A HEADERS frame (END_HEADERS, END_STREAM) for `GET path` on `stream`, its header
 /// block in HPACK without touching the dynamic table: indexed `:method GET` and
 /// `:scheme http`, literal `:path` and `:authority` with indexed names.

@@ -19,6 +19,7 @@ pub mod xid;
 use crate::catalog::ExporterField;
 use crate::counters::{MetricField, MetricKind, MetricType};
 use crate::snapshot::{RENDER_SLOTS, Snapshot, Value, escape_label_value};
+use bytes::Bytes;
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -335,7 +336,7 @@ impl Sink<'_> for TextSink<'_> {
 /// families (when `with_devices`) and then the exporter's per-snapshot self-metrics.
 /// Rendered once per snapshot, format and variant, and shared by every scrape; a body
 /// is this followed by [`scrape_part`].
-pub fn cached_part(snap: &Snapshot, fmt: Format, with_devices: bool) -> &[u8] {
+pub fn cached_part(snap: &Snapshot, fmt: Format, with_devices: bool) -> &Bytes {
     snap.rendered[cache_slot(fmt, with_devices)]
         .plain
         .get_or_init(|| {
@@ -357,7 +358,7 @@ pub fn cached_part(snap: &Snapshot, fmt: Format, with_devices: bool) -> &[u8] {
                     sink.finish();
                 }
             }
-            out
+            Bytes::from(out)
         })
 }
 
@@ -366,10 +367,10 @@ pub fn cached_part(snap: &Snapshot, fmt: Format, with_devices: bool) -> &[u8] {
 /// ([`gzip_stored`]): concatenated members are one valid gzip stream (RFC 1952 §2.2),
 /// which Prometheus (Go's `gzip.Reader`), curl and every multi-member reader decode to
 /// the plain body. So no scrape compresses the snapshot again.
-pub fn cached_part_gzip(snap: &Snapshot, fmt: Format, with_devices: bool) -> &[u8] {
+pub fn cached_part_gzip(snap: &Snapshot, fmt: Format, with_devices: bool) -> &Bytes {
     snap.rendered[cache_slot(fmt, with_devices)]
         .gzip
-        .get_or_init(|| gzip(cached_part(snap, fmt, with_devices)))
+        .get_or_init(|| Bytes::from(gzip(cached_part(snap, fmt, with_devices))))
 }
 
 fn cache_slot(fmt: Format, with_devices: bool) -> usize {
@@ -851,21 +852,58 @@ pub fn render(
     include_devices: bool,
     gzip_body: bool,
 ) -> Vec<u8> {
+    let parts = render_parts(snap, stats, fmt, include_devices, gzip_body);
+    let mut out = Vec::with_capacity(parts.len());
+    out.extend_from_slice(&parts.cached);
+    out.extend_from_slice(&parts.scrape);
+    out
+}
+
+/// A scrape body in its two parts, as [`render`] joins them: the snapshot's cached part,
+/// shared (a reference, not a copy), then this scrape's own bytes.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// [`cached_part`] or [`cached_part_gzip`]: the one buffer all scrapes of the
+    /// snapshot share.
+    pub cached: Bytes,
+    /// [`scrape_part`], as a stored gzip member when gzipped: ~1 KB.
+    pub scrape: Vec<u8>,
+}
+
+impl Rendered {
+    /// The whole body's length.
+    pub fn len(&self) -> usize {
+        self.cached.len() + self.scrape.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// [`render`] without joining: what the HTTP side serves, so a response costs its
+/// ~1 KB per-scrape part and no copy of the snapshot's.
+pub fn render_parts(
+    snap: &Snapshot,
+    stats: ScrapeStats,
+    fmt: Format,
+    include_devices: bool,
+    gzip_body: bool,
+) -> Rendered {
     let mut tail = Vec::with_capacity(1024);
     scrape_part(stats, fmt, &mut tail);
     if gzip_body {
-        let cached = cached_part_gzip(snap, fmt, include_devices);
+        let cached = cached_part_gzip(snap, fmt, include_devices).clone();
         // Header, block header, CRC and size: 26 bytes of framing per stored block.
-        let mut out = Vec::with_capacity(cached.len() + tail.len() + 32);
-        out.extend_from_slice(cached);
-        gzip_stored(&tail, &mut out);
-        out
+        let mut scrape = Vec::with_capacity(tail.len() + 32);
+        gzip_stored(&tail, &mut scrape);
+        Rendered { cached, scrape }
     } else {
-        let cached = cached_part(snap, fmt, include_devices);
-        let mut out = Vec::with_capacity(cached.len() + tail.len());
-        out.extend_from_slice(cached);
-        out.extend_from_slice(&tail);
-        out
+        let cached = cached_part(snap, fmt, include_devices).clone();
+        Rendered {
+            cached,
+            scrape: tail,
+        }
     }
 }
 

@@ -964,7 +964,7 @@ mod tests {
                     );
                     assert_eq!(
                         gunzip_all(cached),
-                        encode::cached_part(&snap, fmt, include_devices)
+                        &encode::cached_part(&snap, fmt, include_devices)[..]
                     );
                     if fmt == Format::OpenMetrics {
                         assert!(plain.ends_with(b"# EOF\n"));

@@ -28,6 +28,7 @@ mod helm;
 mod images;
 mod layering;
 mod listener_limits;
+mod long_polls;
 mod nvlink_fabric;
 mod nvml_backend;
 mod nvml_breadth;
