@@ -201,7 +201,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("class");
         std::fs::write(&path, "0x030200\n").expect("write");
-        assert_eq!(read_attribute(&path, 9).expect("at the limit"), "0x030200\n");
+        assert_eq!(
+            read_attribute(&path, 9).expect("at the limit"),
+            "0x030200\n"
+        );
         let e = read_attribute(&path, 8).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::FileTooLarge);
         assert!(e.to_string().contains("8 bytes"), "{e}");
@@ -210,7 +213,10 @@ mod tests {
         if std::fs::metadata(online).is_ok_and(|m| m.len() > 64) {
             let text = read_attribute(online, 64).expect("sysfs attribute");
             assert!(text.ends_with('\n'), "{text:?}");
-            assert_eq!(read(online, 64).unwrap_err().kind(), ErrorKind::FileTooLarge);
+            assert_eq!(
+                read(online, 64).unwrap_err().kind(),
+                ErrorKind::FileTooLarge
+            );
         }
     }
 
