@@ -542,6 +542,97 @@ mod tests {
         client(Some(&path)).await.expect("a client");
     }
 
+    /// Real PEM files named relative to the kubeconfig make a client: kube-rs parses the
+    /// inlined CA, certificate and key as it parsed the files.
+    #[test]
+    fn a_kubeconfig_with_certificate_files_makes_a_client() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca, ca_key).expect("CA");
+        let client_key = rcgen::KeyPair::generate().expect("client key");
+        let client = rcgen::CertificateParams::new(Vec::<String>::new())
+            .expect("client params")
+            .signed_by(&client_key, &ca)
+            .expect("client certificate");
+        std::fs::create_dir(dir.path().join("pki")).expect("pki dir");
+        for (name, pem) in [
+            ("ca.crt", ca.pem()),
+            ("client.crt", client.pem()),
+            ("client.key", client_key.serialize_pem()),
+        ] {
+            std::fs::write(dir.path().join("pki").join(name), pem).expect("write pem");
+        }
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1', certificate-authority: pki/ca.crt}}]\n\
+             users: [{name: u, user: {client-certificate: pki/client.crt, client-key: pki/client.key}}]\n\
+             contexts: [{name: c, context: {cluster: k, user: u}}]\n",
+        )
+        .expect("write kubeconfig");
+        promptly(&path).expect("a client from certificate files");
+        // The same kubeconfig with the key truncated: kube-rs refuses what was inlined.
+        std::fs::write(
+            dir.path().join("pki/client.key"),
+            "-----BEGIN PRIVATE KEY-----\n",
+        )
+        .expect("truncate key");
+        assert!(promptly(&path).is_err());
+    }
+
+    /// Requests carry the token of the kubeconfig's `tokenFile`: a one-request HTTP
+    /// server records the `Authorization` header the client sends.
+    #[tokio::test]
+    async fn requests_carry_the_token_files_token() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("token"), "rotating-token\n").expect("token");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters: [{{name: k, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n\
+                 users: [{{name: u, user: {{tokenFile: token}}}}]\n\
+                 contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
+            ),
+        )
+        .expect("write kubeconfig");
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).await.expect("read");
+                assert!(n > 0, "the request ended early");
+                request.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+            )
+            .await
+            .expect("answer");
+            String::from_utf8_lossy(&request).to_lowercase()
+        });
+        let client = client(Some(&path)).await.expect("a client");
+        let request = http::Request::get("/version")
+            .body(Vec::new())
+            .expect("request");
+        client.request_text(request).await.expect("an answer");
+        let request = server.await.expect("server");
+        assert!(
+            request.contains("\r\nauthorization: bearer rotating-token\r\n"),
+            "{request}"
+        );
+    }
+
     /// A token file is read again after a minute, as it rotates; a re-read that fails
     /// keeps the last token.
     #[test]
