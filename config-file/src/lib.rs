@@ -85,7 +85,7 @@ fn read_bounded(file: File, limit: u64) -> Result<Vec<u8>, Error> {
 /// A device, FIFO, socket or directory is refused from its metadata before it is
 /// opened (opening some devices does something), and again from the open file (it
 /// may have been swapped since). A file over the limit is refused from its size, and
-/// a file that grew past it after that after reading one byte past the limit.
+/// one that grew past it since, after reading one byte past the limit.
 pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, Error> {
     check(path, limit)?;
     let (file, metadata) = open_regular(path)?;

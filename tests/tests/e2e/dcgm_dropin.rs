@@ -391,12 +391,19 @@ fn dcgm_exporters_1x_counters_file_is_served_and_o_serves_the_1x_label_names() {
                 "container=\"trainer\",namespace=\"ml\",pod=\"train-0\"",
             )
         };
-        let body = wait_for("GPU 0's pod on its series", PATIENCE, || {
-            let body = e.metrics();
-            body.lines()
-                .any(|l| l.starts_with("dcgm_sm_clock{gpu=\"0\",") && l.contains(pod))
+        // Rates (dcgm_nvlink_bandwidth_total) need two cycles: wait for every family.
+        let body = wait_for(
+            "every family, and GPU 0's pod on its series",
+            PATIENCE,
+            || {
+                let body = e.metrics();
+                (body
+                    .lines()
+                    .any(|l| l.starts_with("dcgm_sm_clock{gpu=\"0\",") && l.contains(pod))
+                    && names.iter().all(|n| body.contains(&format!("\n{n}{{"))))
                 .then_some(body)
-        });
+            },
+        );
         for name in &names {
             assert!(
                 body.contains(&format!("\n# TYPE {name} ")),
