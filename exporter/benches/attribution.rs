@@ -148,6 +148,7 @@ fn sampler(f: &Fixture, attribution: bool, process_metrics: bool) -> Sampler {
             process_metrics,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         Arc::from("version=\"bench\",source=\"simulated\""),
     );

@@ -38,6 +38,7 @@ fn sampler(source: Box<dyn GpuSource>, plan: &ExportPlan, processes: bool) -> Sa
             process_metrics: processes,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         Arc::from("version=\"bench\""),
     )

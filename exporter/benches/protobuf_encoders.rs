@@ -78,6 +78,7 @@ fn big_node(csv: &str, name: &str) -> Snapshot {
             process_metrics: true,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         Arc::from("version=\"bench\",source=\"simulated\""),
     );

@@ -33,6 +33,7 @@ fn sampler(plan: ExportPlan) -> Sampler {
             process_metrics: true,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         Arc::from("version=\"bench\",source=\"simulated\""),
     )

@@ -116,6 +116,13 @@ pub struct Cli {
           default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
     pub replace_blanks_in_model_name: bool,
 
+    /// Use old 1.x namespace: dcgm-exporter 1.x label names on its series (`uuid`,
+    /// `pod_name`, `pod_namespace`, `container_name`).
+    #[arg(short = 'o', long, env = "DCGM_EXPORTER_USE_OLD_NAMESPACE", hide_env_values = true,
+          value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
+    pub use_old_namespace: bool,
+
     /// Label GPU series with the pod, namespace and container they are allocated to, from
     /// the kubelet's PodResources API.
     #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES", hide_env_values = true,
@@ -245,12 +252,6 @@ pub struct Cli {
 
     // ---- dcgm-exporter flags accepted for compatibility but without effect here: each,
     // when given, is logged once at startup with the reason (Cli::ignored_flags).
-    /// Use old 1.x namespace.
-    #[arg(short = 'o', long, env = "DCGM_EXPORTER_USE_OLD_NAMESPACE", hide_env_values = true,
-          help_heading = COMPAT, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_value = "false",
-          default_missing_value = "true", value_parser = go_bool, action = ArgAction::Set)]
-    pub use_old_namespace: bool,
-
     /// CPU devices to monitor (dcgm-exporter's device syntax).
     #[arg(short = 'p', long, env = "DCGM_EXPORTER_CPU_DEVICES_STR", hide_env_values = true,
           help_heading = COMPAT, value_name = "DEVICES", default_value = "f",
@@ -484,7 +485,6 @@ impl Cli {
         const NO_DUMPS: &str = "there are no DCGM objects to dump; --debug logs what is read";
         const NO_BIND_EVENTS: &str = "there are no DCGM bind/unbind events; the sampler's own NVML discovery follows the devices";
         [
-            ("use_old_namespace", "--use-old-namespace", "the 1.x label names are not served; series carry today's dcgm-exporter labels"),
             ("cpu_devices", "--cpu-devices", "NVML has no CPU entities (Grace CPU metrics come from DCGM only)"),
             ("switch_devices", "--switch-devices", "NVSwitch entities are not read: NVML reports fabric state per GPU"),
             ("remote_hostengine_info", "--remote-hostengine-info", "there is no DCGM hostengine: GPUs are read in this process through NVML"),

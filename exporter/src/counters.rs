@@ -1,13 +1,16 @@
 //! dcgm-exporter's counters CSV (`-f/--collectors`), read as dcgm-exporter reads it:
 //! `field, type, help` per line, `#` comments, blank lines skipped, spaces around
 //! columns trimmed, standard CSV quoting. The result is an [`ExportPlan`]: which fields
-//! become metric families, in file order, and which become labels.
+//! become metric families, in file order, and which become labels. A row names a field
+//! by its DCGM name or by a legacy alias dcgm-exporter accepts (`dcgm_sm_clock`), and
+//! its family is served under the row's name, as dcgm-exporter serves it.
 
 use crate::catalog::{
     self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope,
 };
 use crate::error::{Error, Result};
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 
 /// The built-in counters list: dcgm-exporter's `default-counters.csv`.
@@ -205,7 +208,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
     let records = go_csv_records(text).map_err(|(line, message)| err(line, message))?;
     let mut plan = ExportPlan::default();
     let mut warnings = Vec::new();
-    let mut first_seen: HashMap<String, u64> = HashMap::new();
+    let mut first_seen: HashMap<&str, u64> = HashMap::new();
     for (line, fields) in records {
         let cols: Vec<&str> = fields.iter().map(|c| c.trim_matches(' ')).collect();
         if cols.len() != 3 {
@@ -240,13 +243,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                 name: name.to_string(),
             });
         }
-        if let Some(first) = first_seen.insert(name.to_string(), line) {
-            return Err(err(
-                line,
-                format!("field {name} is listed twice (first on line {first})"),
-            ));
-        }
-        let Some(def) = catalog::field(name) else {
+        let Some((served, def)) = catalog::resolve(name) else {
             warnings.push(PlanWarning {
                 line,
                 message: format!("{name} has no NVML source in this exporter; skipped"),
@@ -254,8 +251,27 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
             });
             continue;
         };
+        // dcgm-exporter serves a field's values under the first row that names it (by
+        // its own name or an alias): its own 1.x file lists dcgm_fi_prof_pcie_tx_bytes
+        // twice. A later row of the same field is skipped, as there.
+        match first_seen.entry(def.name) {
+            Entry::Occupied(first) => {
+                warnings.push(PlanWarning {
+                    line,
+                    message: format!(
+                        "{name} is the field of line {} again; only the first row is served",
+                        first.get()
+                    ),
+                    notice: false,
+                });
+                continue;
+            }
+            Entry::Vacant(v) => {
+                v.insert(line);
+            }
+        }
         match (def.source, declared) {
-            (FieldSource::Label(l), DeclaredType::Label) => plan.labels.push((def.name, l)),
+            (FieldSource::Label(l), DeclaredType::Label) => plan.labels.push((served, l)),
             (FieldSource::Label(l), _) => {
                 warnings.push(PlanWarning {
                     line,
@@ -264,7 +280,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                     ),
                     notice: false,
                 });
-                plan.labels.push((def.name, l));
+                plan.labels.push((served, l));
             }
             (_, DeclaredType::Label) => warnings.push(PlanWarning {
                 line,
@@ -272,7 +288,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                 notice: false,
             }),
             (FieldSource::LastXid, _) => plan.metrics.push(MetricField {
-                name: def.name,
+                name: served,
                 help: help.to_string(),
                 metric_type: MetricType::Gauge,
                 kind: MetricKind::LastXid,
@@ -290,7 +306,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                     });
                 }
                 plan.metrics.push(MetricField {
-                    name: def.name,
+                    name: served,
                     help: help.to_string(),
                     metric_type: MetricType::Gauge,
                     kind: MetricKind::Exporter(x),
@@ -330,7 +346,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                     _ => MetricType::Gauge,
                 };
                 plan.metrics.push(MetricField {
-                    name: def.name,
+                    name: served,
                     help: help.to_string(),
                     metric_type,
                     kind: MetricKind::Value {
@@ -460,13 +476,60 @@ mod tests {
         assert_eq!(p.metrics[0].help, "\"".repeat(1 << 19));
     }
 
+    /// A field named twice, by its name or an alias, is served once under the first
+    /// row, as dcgm-exporter does; the later row is a warning naming both lines.
     #[test]
-    fn duplicate_rows_are_errors() {
-        let e = err_of("DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_GPU_TEMP, gauge, y\n");
-        assert!(
-            e.contains("test.csv:2:") && e.contains("first on line 1"),
-            "{e}"
+    fn a_field_named_twice_is_served_under_its_first_row() {
+        let (p, w) = plan(
+            "DCGM_FI_DEV_GPU_TEMP, gauge, x\nDCGM_FI_DEV_SM_CLOCK, gauge, c\nDCGM_FI_DEV_GPU_TEMP, counter, y\ndcgm_sm_clock, gauge, old\n",
+            "test.csv",
+        )
+        .unwrap();
+        let served: Vec<(&str, &str)> = p
+            .metrics
+            .iter()
+            .map(|m| (m.name, m.help.as_str()))
+            .collect();
+        assert_eq!(
+            served,
+            [("DCGM_FI_DEV_GPU_TEMP", "x"), ("DCGM_FI_DEV_SM_CLOCK", "c")]
         );
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].line == 3 && w[0].message.contains("line 1"), "{w:?}");
+        assert!(w[1].line == 4 && w[1].message.contains("line 2"), "{w:?}");
+    }
+
+    /// dcgm-exporter's own `1.x-compatibility-metrics.csv` (a fixture, from its
+    /// repository): every row is accepted, and each field is served under the row's
+    /// own 1.x name, first row first (the oracle is the file, read here line by line).
+    #[test]
+    fn dcgm_exporters_1x_file_plans_every_row_under_its_own_name() {
+        let text = include_str!("../../tests/fixtures/dcgm-exporter/1.x-compatibility-metrics.csv");
+        let mut expected: Vec<&str> = Vec::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
+            let name = line.split(',').next().unwrap_or_default().trim();
+            if !expected.contains(&name) {
+                expected.push(name);
+            }
+        }
+        assert_eq!(expected.len(), 20, "{expected:?}");
+        let (p, w) = plan(text, "1.x-compatibility-metrics.csv").expect("the 1.x file plans");
+        assert_eq!(
+            p.metrics.iter().map(|m| m.name).collect::<Vec<_>>(),
+            expected
+        );
+        // The repeated dcgm_fi_prof_pcie_tx_bytes/rx_bytes rows, and the rates the file
+        // declares counter: nothing refused.
+        assert!(
+            w.iter()
+                .all(|w| w.notice || w.message.contains("only the first row")),
+            "{w:?}"
+        );
+        let unknown = err_of("dcgm_sm_clocks, gauge, x\n");
+        assert!(unknown.contains("dcgm_sm_clock"), "{unknown}");
     }
 
     #[test]

@@ -42,9 +42,12 @@ pub fn node_name() -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|s| s.trim().to_string())
+            kube_support::config_file::read_attribute(
+                std::path::Path::new("/proc/sys/kernel/hostname"),
+                kube_support::config_file::ATTRIBUTE_LIMIT,
+            )
+            .ok()
+            .map(|s| s.trim().to_string())
         })
         .unwrap_or_else(|| "localhost".into())
 }
@@ -271,6 +274,7 @@ pub fn run(cli: Cli) -> Result<()> {
         process_metrics: cli.process_metrics,
         pod_uid: cli.kubernetes_enable_pod_uid,
         virtual_gpus: cli.kubernetes_virtual_gpus,
+        old_namespace: cli.use_old_namespace,
     };
     tracing::info!(source = %source.describe(), metrics = plan.metrics.len(), interval_ms = cli.collect_interval, "starting");
     let store = Arc::new(snapshot::SnapshotStore::new(Snapshot::empty(

@@ -2,7 +2,7 @@
 //! doubles in `kube-sim`, written once:
 //!
 //! - [`client()`]: a client from a kubeconfig or the in-cluster configuration, without
-//!   client-side retries;
+//!   client-side retries, every file it names read bounded;
 //! - [`shutdown::signal`]: SIGINT or SIGTERM;
 //! - [`duration`]: Go's `time.ParseDuration`, the one grammar of every duration flag;
 //! - [`log_filter`]: the one grammar of `--log-level`, refused at startup when wrong;
@@ -41,8 +41,21 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no Kubernetes configuration (in-cluster or kubeconfig): {0}")]
-    Infer(#[from] kube::config::InferConfigError),
+    /// A file the kubeconfig names for the context in use.
+    #[error("kubeconfig {kubeconfig}: {key} {}: {source}", path.display())]
+    KubeconfigReference {
+        kubeconfig: String,
+        key: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no kubeconfig: KUBECONFIG is unset and there is no ~/.kube/config")]
+    NoKubeconfig,
+    #[error("no Kubernetes configuration: not in a cluster ({in_cluster}), and {kubeconfig}")]
+    NoConfig {
+        kubeconfig: Box<Error>,
+        in_cluster: kube::config::InClusterError,
+    },
     #[error("Kubernetes client: {0}")]
     Client(#[from] kube::Error),
 }

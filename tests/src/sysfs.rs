@@ -9,6 +9,13 @@ pub const CLASS_3D: &str = "0x030200";
 /// PCI class of an NVSwitch ("other bridge"), also bound to nvidia on HGX boards.
 pub const CLASS_NVSWITCH: &str = "0x068000";
 
+/// A `class` file a broken or hostile tree may hold instead of an attribute.
+#[derive(Debug, Clone, Copy)]
+pub enum BadClass {
+    Fifo,
+    DevZero,
+}
+
 pub struct FakeSysfs {
     root: PathBuf,
 }
@@ -39,6 +46,27 @@ impl FakeSysfs {
         let dev = self.root.join("devices/pci0000:00").join(address);
         std::fs::create_dir_all(&dev).expect("create the device directory");
         std::fs::write(dev.join("class"), format!("{class}\n")).expect("write class");
+        std::os::unix::fs::symlink(&dev, self.driver().join(address)).expect("bind");
+    }
+
+    /// Bind a device at `address` whose `class` is no sysfs attribute: a FIFO with no
+    /// writer, or a link to `/dev/zero`.
+    pub fn bind_bad_class(&self, address: &str, bad: BadClass) {
+        let dev = self.root.join("devices/pci0000:00").join(address);
+        std::fs::create_dir_all(&dev).expect("create the device directory");
+        let class = dev.join("class");
+        match bad {
+            BadClass::Fifo => {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(&class)
+                    .status()
+                    .expect("mkfifo");
+                assert!(made.success(), "mkfifo {class:?}");
+            }
+            BadClass::DevZero => {
+                std::os::unix::fs::symlink("/dev/zero", &class).expect("link to /dev/zero")
+            }
+        }
         std::os::unix::fs::symlink(&dev, self.driver().join(address)).expect("bind");
     }
 

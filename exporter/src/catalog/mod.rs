@@ -762,20 +762,49 @@ pub const EXPORTER_FIELDS: &[&str] = &[
 ];
 
 const DCGM_FIELD_NAMES: &str = include_str!("dcgm_field_names.txt");
+const DCGM_LEGACY_FIELD_NAMES: &str = include_str!("dcgm_legacy_field_names.txt");
+
+/// The `NAME ID` lines of a field-name list.
+fn name_ids(text: &'static str) -> impl Iterator<Item = (&'static str, u32)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (name, id) = l.split_once(' ')?;
+            Some((name, id.trim().parse().ok()?))
+        })
+}
 
 /// Every DCGM field name (current and legacy) with its numeric ID.
 pub fn dcgm_field_ids() -> &'static HashMap<&'static str, u32> {
     static IDS: OnceLock<HashMap<&'static str, u32>> = OnceLock::new();
     IDS.get_or_init(|| {
-        DCGM_FIELD_NAMES
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let (name, id) = l.split_once(' ')?;
-                Some((name, id.trim().parse().ok()?))
-            })
+        name_ids(DCGM_FIELD_NAMES)
+            .chain(name_ids(DCGM_LEGACY_FIELD_NAMES))
             .collect()
     })
+}
+
+/// The legacy names dcgm-exporter accepts in a counters CSV as aliases of a field
+/// (go-dcgm's `legacyDCGMFields`): the DCGM 1.x names of its
+/// `1.x-compatibility-metrics.csv` (`dcgm_sm_clock`, …) and renamed fields
+/// (`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`), with their field IDs.
+pub fn legacy_field_ids() -> &'static HashMap<&'static str, u32> {
+    static IDS: OnceLock<HashMap<&'static str, u32>> = OnceLock::new();
+    IDS.get_or_init(|| name_ids(DCGM_LEGACY_FIELD_NAMES).collect())
+}
+
+/// The servable field a counters-CSV name selects, and the name its family is served
+/// under: a field by its own name, or a legacy alias of one (the servable field of the
+/// alias's DCGM field ID), served under the alias, since dcgm-exporter names every
+/// family after its CSV row.
+pub fn resolve(name: &str) -> Option<(&'static str, &'static FieldDef)> {
+    if let Some(def) = field(name) {
+        return Some((def.name, def));
+    }
+    let (alias, id) = legacy_field_ids().get_key_value(name)?;
+    let ids = dcgm_field_ids();
+    let def = FIELDS.iter().find(|f| ids.get(f.name) == Some(id))?;
+    Some((alias, def))
 }
 
 /// A DCGM field name known to DCGM, or one of the `DCGM_EXP_*` names.
@@ -814,6 +843,46 @@ mod tests {
         for f in FIELDS {
             assert!(is_known_dcgm_name(f.name), "{} is not a DCGM field", f.name);
             assert!(seen.insert(f.name), "{} listed twice", f.name);
+        }
+    }
+
+    /// The DCGM 1.x names of dcgm-exporter's `1.x-compatibility-metrics.csv` select
+    /// the fields dcgm-exporter reads for them (go-dcgm's IDs, read against the field
+    /// list's names), and an alias of a field served under another ID is none.
+    #[test]
+    fn legacy_aliases_resolve_to_the_field_of_their_id() {
+        for (alias, current) in [
+            ("dcgm_sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
+            ("dcgm_memory_clock", "DCGM_FI_DEV_MEM_CLOCK"),
+            ("dcgm_gpu_utilization", "DCGM_FI_DEV_GPU_UTIL"),
+            ("dcgm_xid_errors", "DCGM_FI_DEV_XID_ERRORS"),
+            ("dcgm_fi_prof_pcie_tx_bytes", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+            (
+                "dcgm_nvlink_bandwidth_total",
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+            ),
+        ] {
+            let (served, def) = resolve(alias).unwrap_or_else(|| panic!("{alias}"));
+            assert_eq!((served, def.name), (alias, current));
+            assert!(is_known_dcgm_name(alias), "{alias}");
+        }
+        assert_eq!(
+            resolve("DCGM_FI_DEV_GPU_TEMP").map(|r| r.0),
+            Some("DCGM_FI_DEV_GPU_TEMP")
+        );
+        assert!(resolve("dcgm_sm_clocks").is_none() && !is_known_dcgm_name("dcgm_sm_clocks"));
+        assert_eq!(legacy_field_ids().len(), 99);
+        // An alias cannot be ambiguous: the servable fields of its ID read the same.
+        for (alias, id) in legacy_field_ids() {
+            let sources: Vec<FieldSource> = FIELDS
+                .iter()
+                .filter(|f| dcgm_field_ids().get(f.name) == Some(id))
+                .map(|f| f.source)
+                .collect();
+            assert!(
+                sources.windows(2).all(|w| w[0] == w[1]),
+                "{alias}: {sources:?}"
+            );
         }
     }
 

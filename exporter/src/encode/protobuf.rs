@@ -639,6 +639,7 @@ mod tests {
                 process_metrics: true,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             Arc::from(r#"version="0.1.0",source="C:\\sim \"golden\"\nnode""#),
         );

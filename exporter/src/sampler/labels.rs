@@ -7,6 +7,32 @@ use crate::snapshot::push_label;
 use crate::source::{EntityInfo, Inventory};
 use std::sync::Arc;
 
+/// The label names `-o` changes, as (today's, 1.x).
+const OLD_NAMESPACE: [(&str, &str); 4] = [
+    ("UUID", "uuid"),
+    ("pod", "pod_name"),
+    ("namespace", "pod_namespace"),
+    ("container", "container_name"),
+];
+
+impl SamplerOptions {
+    /// The name a dcgm-exporter label has under these options: its 1.x name with `-o`.
+    fn label_name(&self, name: &'static str) -> &'static str {
+        match OLD_NAMESPACE.iter().find(|(now, _)| *now == name) {
+            Some((_, old)) if self.old_namespace => old,
+            _ => name,
+        }
+    }
+
+    /// Whether a pod label of this name would collide with a label the exporter
+    /// writes.
+    pub(super) fn reserved(&self, name: &str) -> bool {
+        RESERVED_LABELS.contains(&name)
+            || name.starts_with("dra_")
+            || (self.old_namespace && OLD_NAMESPACE.iter().any(|(_, old)| *old == name))
+    }
+}
+
 /// Label names the exporter itself writes, which a pod label must not take.
 pub(super) const RESERVED_LABELS: [&str; 19] = [
     "gpu",
@@ -36,6 +62,8 @@ pub(super) const RESERVED_LABELS: [&str; 19] = [
 /// fields and allow-listed pod labels in one byte-sorted run, then dcgm's attributes,
 /// byte-sorted: `container, [dra_*,] hpc_job, namespace, pod, pod_uid, vgpu`. In
 /// `--kubernetes-virtual-gpus` mode pod labels are not copied (nor are they by dcgm).
+/// With `-o`, dcgm's 1.x names: `uuid` for `UUID`, and `container_name, [dra_*,]
+/// hpc_job, pod_name, pod_namespace, pod_uid, vgpu`.
 pub fn entity_label_string(
     e: &EntityInfo,
     plan: &ExportPlan,
@@ -45,7 +73,7 @@ pub fn entity_label_string(
 ) -> Arc<str> {
     let mut s = String::with_capacity(256);
     push_label(&mut s, "gpu", itoa::Buffer::new().format(e.gpu_index));
-    push_label(&mut s, "UUID", &e.uuid);
+    push_label(&mut s, opts.label_name("UUID"), &e.uuid);
     push_label(&mut s, "pci_bus_id", &e.pci_bus_id);
     push_label(&mut s, "device", &format!("nvidia{}", e.gpu_index));
     let model = if opts.replace_blanks_in_model_name {
@@ -74,9 +102,7 @@ pub fn entity_label_string(
         .collect();
     if let Some(h) = holder.filter(|_| !opts.virtual_gpus) {
         for (k, v) in &h.pod_labels {
-            let taken = RESERVED_LABELS.contains(&k.as_str())
-                || k.starts_with("dra_")
-                || run.iter().any(|(n, _)| *n == k.as_str());
+            let taken = opts.reserved(k) || run.iter().any(|(n, _)| *n == k.as_str());
             if !taken {
                 run.push((k, v));
             }
@@ -87,7 +113,7 @@ pub fn entity_label_string(
         push_label(&mut s, name, value);
     }
     if let Some(c) = holder.and_then(|h| h.container.as_ref()) {
-        push_label(&mut s, "container", c);
+        push_label(&mut s, opts.label_name("container"), c);
     }
     if let Some(dra) = holder.and_then(|h| h.dra.as_ref()) {
         for (name, value) in dra.pairs() {
@@ -98,8 +124,14 @@ pub fn entity_label_string(
         push_label(&mut s, "hpc_job", job);
     }
     if let Some(h) = holder {
-        push_label(&mut s, "namespace", &h.namespace);
-        push_label(&mut s, "pod", &h.pod);
+        // Byte-sorted either way: `namespace, pod`; `pod_name, pod_namespace`.
+        if opts.old_namespace {
+            push_label(&mut s, opts.label_name("pod"), &h.pod);
+            push_label(&mut s, opts.label_name("namespace"), &h.namespace);
+        } else {
+            push_label(&mut s, opts.label_name("namespace"), &h.namespace);
+            push_label(&mut s, opts.label_name("pod"), &h.pod);
+        }
         if let Some(uid) = h.pod_uid.as_ref().filter(|_| opts.pod_uid) {
             push_label(&mut s, "pod_uid", uid);
         }

@@ -67,6 +67,10 @@ pub struct SamplerOptions {
     /// dcgm-exporter's `--kubernetes-virtual-gpus`: a shared device's series are
     /// repeated per pod with `vgpu`, instead of left unlabelled.
     pub virtual_gpus: bool,
+    /// dcgm-exporter's `-o/--use-old-namespace`: its 1.x label names, `uuid` for
+    /// `UUID` and `pod_name`, `pod_namespace`, `container_name` for `pod`,
+    /// `namespace`, `container`.
+    pub old_namespace: bool,
 }
 
 pub struct Sampler {

@@ -253,6 +253,7 @@ mod tests {
                 process_metrics: false,
                 pod_uid: false,
                 virtual_gpus: false,
+                old_namespace: false,
             },
             "".into(),
         )

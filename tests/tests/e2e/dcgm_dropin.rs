@@ -346,3 +346,90 @@ fn the_adapter_listens_on_ipv4_and_ipv6_by_default() {
         );
     }
 }
+
+/// dcgm-exporter's own `1.x-compatibility-metrics.csv` (a fixture from its repository,
+/// shipped in its image beside `default-counters.csv`) loads, and every field of it is
+/// served under the row's own DCGM 1.x name, as dcgm-exporter names each family after
+/// its CSV row. With `-o/--use-old-namespace` the series carry dcgm-exporter's 1.x
+/// label names: `uuid` for `UUID`, and `pod_name`, `pod_namespace`, `container_name`
+/// for a pod's `pod`, `namespace`, `container`. The oracle is the fixture, read here
+/// line by line, and the scenario's pod (`train-0` in `ml`, container `trainer`, on
+/// GPU 0), not the exporter's output.
+#[test]
+fn dcgm_exporters_1x_counters_file_is_served_and_o_serves_the_1x_label_names() {
+    let csv = e2e_tests::fixture("dcgm-exporter/1.x-compatibility-metrics.csv");
+    let text = std::fs::read_to_string(&csv).expect("the 1.x fixture");
+    let names: BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split(',').next().unwrap_or_default().trim())
+        .collect();
+    assert_eq!(names.len(), 20, "{names:?}");
+    let csv = csv.to_str().expect("UTF-8 path");
+    for old in [false, true] {
+        let mut args = vec![
+            "--simulate=tests/fixtures/pods-node.toml",
+            "-f",
+            csv,
+            "-c",
+            "200",
+        ];
+        if old {
+            args.push("-o");
+        }
+        let e = Exporter::start(&args, &[]);
+        let (uuid, not_uuid, pod) = if old {
+            (
+                ",uuid=\"GPU-",
+                ",UUID=",
+                "container_name=\"trainer\",pod_name=\"train-0\",pod_namespace=\"ml\"",
+            )
+        } else {
+            (
+                ",UUID=\"GPU-",
+                ",uuid=",
+                "container=\"trainer\",namespace=\"ml\",pod=\"train-0\"",
+            )
+        };
+        // Rates (dcgm_nvlink_bandwidth_total) need two cycles: wait for every family.
+        let body = wait_for(
+            "every family, and GPU 0's pod on its series",
+            PATIENCE,
+            || {
+                let body = e.metrics();
+                (body
+                    .lines()
+                    .any(|l| l.starts_with("dcgm_sm_clock{gpu=\"0\",") && l.contains(pod))
+                    && names.iter().all(|n| body.contains(&format!("\n{n}{{"))))
+                .then_some(body)
+            },
+        );
+        for name in &names {
+            assert!(
+                body.contains(&format!("\n# TYPE {name} ")),
+                "-o={old}: {name}"
+            );
+            let series: Vec<&str> = body
+                .lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .collect();
+            assert!(!series.is_empty(), "-o={old}: no {name} series");
+            for line in series {
+                assert!(
+                    line.contains(uuid) && !line.contains(not_uuid),
+                    "-o={old}: {line}"
+                );
+                if old {
+                    for now in [",pod=", ",namespace=", ",container="] {
+                        assert!(!line.contains(now), "-o: {line}");
+                    }
+                }
+            }
+        }
+        // Served under the file's names only: no family under the current DCGM names.
+        assert!(
+            !body.lines().any(|l| l.starts_with("DCGM_FI_")),
+            "-o={old}: {body}"
+        );
+    }
+}

@@ -558,3 +558,73 @@ fn the_exporters_simulate_flag_refuses_devices_and_fifos() {
         fails_quickly(cmd, path, "not a regular file");
     }
 }
+
+/// A kubeconfig whose `client-key` (or CA, certificate, token file) is a FIFO or a link
+/// to `/dev/zero` stops either binary at startup, naming that file: kube-rs read these
+/// itself, unbounded, and a FIFO blocked startup for good with no log line.
+#[test]
+fn files_a_kubeconfig_names_that_are_devices_or_fifos_stop_startup_at_once() {
+    let fifo = fifo("faults-kubeconfig-files");
+    let dir = fifo.parent().expect("scratch folder").to_path_buf();
+    let zero = dir.join("zero");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("link to /dev/zero");
+    let pem = dir.join("ok.pem");
+    std::fs::write(
+        &pem,
+        "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n",
+    )
+    .expect("write a PEM file");
+    let pem = pem.to_str().expect("UTF-8 path");
+    for bad in [
+        fifo.to_str().expect("UTF-8 path"),
+        zero.to_str().expect("UTF-8 path"),
+    ] {
+        for key in ["client-key", "certificate-authority", "tokenFile"] {
+            let pick = |k: &str| if k == key { bad } else { pem };
+            let user = if key == "tokenFile" {
+                format!("{{tokenFile: '{bad}'}}")
+            } else {
+                format!(
+                    "{{client-certificate: '{pem}', client-key: '{}'}}",
+                    pick("client-key")
+                )
+            };
+            let kubeconfig = dir.join(format!("kubeconfig-{key}"));
+            std::fs::write(
+                &kubeconfig,
+                format!(
+                    "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                     clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:1', certificate-authority: '{}'}}}}]\n\
+                     users: [{{name: u, user: {user}}}]\n\
+                     contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n",
+                    pick("certificate-authority")
+                ),
+            )
+            .expect("write the kubeconfig");
+            let kubeconfig = kubeconfig.to_str().expect("UTF-8 path");
+
+            let mut adapter = Command::new(binary("gpu-metrics-adapter"));
+            adapter
+                .args([
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    "0",
+                    "--grpc-port",
+                    "0",
+                    "--insecure-serve-http",
+                    "--kubeconfig",
+                    kubeconfig,
+                ])
+                .env_remove("KUBECONFIG");
+            fails_quickly(adapter, bad, "not a regular file");
+
+            // The exporter needs the API at startup for `-m` (counters from a ConfigMap).
+            let mut exporter = Command::new(binary("gpu-exporter"));
+            exporter
+                .args(["--simulate", "-a", "127.0.0.1:0", "-m", "gpu:counters"])
+                .args(["--kubeconfig", kubeconfig]);
+            fails_quickly(exporter, bad, "not a regular file");
+        }
+    }
+}

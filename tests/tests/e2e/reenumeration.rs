@@ -5,7 +5,7 @@
 //! knows the instant of the change and times the exporter from there by polling. The
 //! times are printed (`re-enumeration CASE: N ms`).
 
-use e2e_tests::sysfs::{CLASS_3D, CLASS_NVSWITCH, FakeSysfs, address_of};
+use e2e_tests::sysfs::{BadClass, CLASS_3D, CLASS_NVSWITCH, FakeSysfs, address_of};
 use e2e_tests::{Exporter, fake_nvml, fixture, get, scratch_dir, series_values, wait_for};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -301,4 +301,82 @@ fn a_gpu_bound_to_the_driver_after_start_shows_and_goes_and_an_nvswitch_changes_
         .unwrap_or_default();
     let went = format!("came=[] went=[\"{}\"]", addresses[2]);
     assert!(line.contains(&went), "{line}");
+}
+
+/// A device bound to the driver whose `class` is a FIFO or a link to `/dev/zero` (a
+/// broken or hostile sysfs) is logged once, naming the file, and is no GPU; the
+/// sampler keeps cycling and every GPU keeps its series. The FIFO used to block the
+/// sampler for good (reported as a hung driver, every GPU series gone), and
+/// `/dev/zero` to be read until memory ran out.
+#[test]
+fn a_bound_device_whose_class_is_a_fifo_or_dev_zero_is_logged_and_the_gpus_keep_flowing() {
+    let node = gpu_sim::SimNode::new(
+        &gpu_sim::Scenario::load(&fixture("hotadd-node.toml")).expect("scenario"),
+        SystemTime::now(),
+    );
+    let addresses: Vec<String> = node
+        .gpus
+        .iter()
+        .map(|g| address_of(&g.pci_bus_id))
+        .collect();
+    let dir = scratch_dir("reenumeration-bad-class");
+    let sysfs = FakeSysfs::new(&dir.join("sys"));
+    sysfs.bind(&addresses[0], CLASS_3D);
+    sysfs.bind(&addresses[1], CLASS_3D);
+    let root = sysfs.root().to_str().expect("utf-8 path").to_owned();
+    let (e, _devices) = exporter_of(
+        "hotadd-node.toml",
+        &dir,
+        "gpus=2\n",
+        &["--path-sysfs", &root],
+    );
+    wait_for("GPUs 0 and 1", MEASURE_FOR, || {
+        (gpus_served(&e) == gpu_set(&["0", "1"])).then_some(())
+    });
+    let samples = |e: &Exporter| {
+        e2e_tests::sample_value(&e.metrics(), "gpu_exporter_samples_total").unwrap_or(0.0)
+    };
+    sysfs.bind_bad_class("0000:e1:00.0", BadClass::Fifo);
+    sysfs.bind_bad_class("0000:e2:00.0", BadClass::DevZero);
+    let from = samples(&e);
+    wait_for("cycles past the bad entries", MEASURE_FOR, || {
+        (samples(&e) >= from + 4.0).then_some(())
+    });
+    let body = e.metrics();
+    assert_eq!(gpus_served(&e), gpu_set(&["0", "1"]), "{body}");
+    for gpu in ["0", "1"] {
+        assert_eq!(
+            series_values(&body, "gpu_exporter_gpu_up", &[("gpu", gpu)]),
+            [1.0],
+            "{body}"
+        );
+    }
+    assert_eq!(
+        e2e_tests::sample_value(&body, "gpu_exporter_source_hung"),
+        Some(0.0),
+        "{body}"
+    );
+    let log = e.process.log();
+    for (address, says) in [
+        ("0000:e1:00.0", "a FIFO"),
+        ("0000:e2:00.0", "a character device"),
+    ] {
+        // Read, and named, through the driver's link to the device.
+        let class = format!("drivers/nvidia/{address}/class");
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(&class)).collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "one line for {class}, cycle after cycle:\n{log}"
+        );
+        assert!(
+            lines[0].contains("unreadable PCI class") && lines[0].contains(says),
+            "{}",
+            lines[0]
+        );
+    }
+    assert!(
+        !log.contains("GPUs bound to the nvidia driver changed"),
+        "{log}"
+    );
 }

@@ -29,6 +29,7 @@ fn render(csv: &str) -> String {
             process_metrics: false,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         "".into(),
     );

@@ -167,6 +167,7 @@ fn rate_sampler(source: &Reshaping) -> Sampler {
             process_metrics: false,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         "".into(),
     )
@@ -199,6 +200,7 @@ fn sampler(source: &Scripted) -> Sampler {
             process_metrics: false,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         "".into(),
     )

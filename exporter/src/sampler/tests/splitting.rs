@@ -206,6 +206,7 @@ fn a_snapshot_splits_shared_gpus_labels_processes_and_rates_each_gpus_own_readin
             process_metrics: true,
             pod_uid: false,
             virtual_gpus: false,
+            old_namespace: false,
         },
         "".into(),
     )

@@ -7,6 +7,7 @@
 //! Only GPUs count (PCI class 0x0300xx VGA or 0x0302xx 3D controller): NVSwitches
 //! (0x0680xx) are bound to the same driver on HGX boards but are no NVML devices.
 
+use kube_support::config_file;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,10 @@ pub struct BoundGpus {
     last: Option<BTreeMap<String, bool>>,
     /// The check is off (no directory) and that was logged.
     off_logged: bool,
+    /// Entries whose `class` is no readable attribute (a FIFO, a link to a device, a
+    /// file past the limit), already logged: they are read again each check, and
+    /// logged again only after they were readable or gone.
+    unreadable: BTreeSet<String>,
 }
 
 /// What a check found changed: GPU addresses that came and went.
@@ -60,6 +65,7 @@ impl BoundGpus {
             dir: driver_dir(sysfs),
             last: None,
             off_logged: false,
+            unreadable: BTreeSet::new(),
         }
     }
 
@@ -93,6 +99,7 @@ impl BoundGpus {
         };
         let previous = self.last.take();
         let mut now = BTreeMap::new();
+        let mut unreadable = BTreeSet::new();
         for entry in entries.flatten() {
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
@@ -100,14 +107,31 @@ impl BoundGpus {
             if !is_pci_address(&name) {
                 continue;
             }
-            let known = previous.as_ref().and_then(|p| p.get(&name).copied());
-            let gpu = known.unwrap_or_else(|| {
-                // Through the symlink to the device; a class that cannot be read (the
-                // device going as it is listed) is no GPU now, and read again next time.
-                std::fs::read_to_string(entry.path().join("class")).is_ok_and(|c| is_gpu_class(&c))
-            });
-            now.insert(name, gpu);
+            if let Some(gpu) = previous.as_ref().and_then(|p| p.get(&name).copied()) {
+                now.insert(name, gpu);
+                continue;
+            }
+            // Through the symlink to the device. Bounded, and never waiting on a FIFO:
+            // this runs on the sampler's thread, and a read that blocks or grows
+            // would silence every GPU.
+            let class = entry.path().join("class");
+            match config_file::read_attribute(&class, config_file::ATTRIBUTE_LIMIT) {
+                Ok(text) => {
+                    now.insert(name, is_gpu_class(&text));
+                }
+                // No GPU now, and not remembered: read again next time (a device going
+                // as it is listed has no class; one that is no attribute is logged).
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::NotFound && !self.unreadable.contains(&name)
+                    {
+                        tracing::warn!(path = %class.display(), error = %e,
+                            "a device bound to the nvidia driver has an unreadable PCI class; not counted as a GPU");
+                    }
+                    unreadable.insert(name);
+                }
+            }
         }
+        self.unreadable = unreadable;
         self.last = Some(now);
         let previous = previous?;
         let gpus = |m: &BTreeMap<String, bool>| -> BTreeSet<String> {
@@ -207,6 +231,54 @@ mod tests {
             })
         );
         assert_eq!(b.gpus(), set(&["0000:2a:00.0"]));
+    }
+
+    /// A `class` that is a FIFO, a link to /dev/zero or a page past the limit is no GPU
+    /// and costs nothing: the check returns at once (it used to block on the FIFO for
+    /// good, or read /dev/zero until memory ran out) and the good GPUs stay.
+    #[test]
+    fn a_class_that_is_no_attribute_is_no_gpu_and_never_blocks() {
+        let t = Tree::new("hostile");
+        t.bind("0000:18:00.0", "0x030200");
+        let mut bad = Vec::new();
+        for (address, make) in [
+            ("0000:2a:00.0", "fifo"),
+            ("0000:3b:00.0", "zero"),
+            ("0000:4c:00.0", "huge"),
+        ] {
+            let dev = t.0.join("devices/pci0000:00").join(address);
+            std::fs::create_dir_all(&dev).expect("device dir");
+            let class = dev.join("class");
+            match make {
+                "fifo" => assert!(
+                    std::process::Command::new("mkfifo")
+                        .arg(&class)
+                        .status()
+                        .expect("mkfifo")
+                        .success()
+                ),
+                "zero" => std::os::unix::fs::symlink("/dev/zero", &class).expect("link"),
+                _ => std::fs::write(&class, "0x030200\n".repeat(1000)).expect("class"),
+            }
+            std::os::unix::fs::symlink(&dev, driver_dir(&t.0).join(address)).expect("link");
+            bad.push(address);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = t.0.clone();
+        std::thread::spawn(move || {
+            let mut b = BoundGpus::new(&root);
+            let first = b.check();
+            let second = b.check();
+            let gpus: Option<Vec<String>> =
+                b.gpus().map(|g| g.into_iter().map(String::from).collect());
+            let _ = tx.send((first, second, gpus, b.unreadable.clone()));
+        });
+        let (first, second, gpus, unreadable) = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the check returned within 5 s");
+        assert_eq!((first, second), (None, None));
+        assert_eq!(gpus, Some(vec!["0000:18:00.0".to_string()]));
+        assert_eq!(unreadable, bad.into_iter().map(String::from).collect());
     }
 
     #[test]
