@@ -29,6 +29,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// are two): bounds the decoded answers alive together.
 pub const PROMETHEUS_QUERIES: usize = 2;
 
+/// Labels one series may carry (a gpu-exporter's have 10 to 14, a Prometheus
+/// series a few more); one with more is refused and counted, the rest of its answer
+/// kept. Every decoder applies it: the protobuf exposition, Prometheus answers and the
+/// serving engines' text.
+pub const MAX_LABELS_PER_SERIES: usize = 128;
+
 /// Why a target's answer was refused, the `reason` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rejection {
