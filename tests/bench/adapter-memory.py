@@ -154,7 +154,7 @@ def main():
             source += ["--exporter-url", serve(answer(PROTOBUF, body))]
         print(f"fleet: 100 exporters, {len(body)} bytes each, 999 pods", file=sys.stderr)
     elif a.mode == "prometheus-labels":
-        labels = ",".join(f'"l{i}":"v"' for i in range(140_000))
+        labels = ",".join(f'"l{i}":"{"v" * 96}"' for i in range(140_000))
         body = ('{"status":"success","data":{"resultType":"vector","result":[{"metric":{'
                 + labels + '},"value":[1,"1"]}]}}').encode()
         print(f"answer: {len(body)} bytes, one sample of 140000 labels", file=sys.stderr)
@@ -170,8 +170,11 @@ def main():
                   "--signal-prometheus-url", serve(answer("application/json", body))]
     else:
         source = ["--exporter-url", serve(lambda conn: time.sleep(3600))]
+    # Issue 20's modes scrape every second; issue 27's run at the default flags.
+    timing = ["--scrape-interval", "1s", "--scrape-timeout", "5s"] if a.mode in (
+        "prometheus-json", "prometheus-random", "exporter-protobuf", "quiet") else []
     cmd = [a.binary, "--insecure-serve-http", "--bind-address", "127.0.0.1", "--secure-port", "0",
-           "--grpc-port", "0", "--scrape-interval", "1s", "--scrape-timeout", "5s"] + source + a.flags
+           "--grpc-port", "0"] + timing + source + a.flags
     env = dict(os.environ, RUST_LOG="warn,gpu_metrics_adapter=info")
     env.pop("KUBECONFIG", None)
     adapter = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -195,8 +198,9 @@ def main():
     for line in metrics.splitlines():
         if line.startswith(("gpu_metrics_adapter_source_target_rejected_total",
                             "gpu_metrics_adapter_source_scrapes_total",
-                            "gpu_metrics_adapter_source_series_refused_total",
-                            "gpu_metrics_adapter_signal_reads_total")):
+                            "gpu_metrics_adapter_source_series_over_label_limit_total",
+                            "gpu_metrics_adapter_signal_reads_total",
+                            "gpu_metrics_adapter_pods_fresh")):
             print(" ", line)
 
 

@@ -451,7 +451,9 @@ fn publish(
     targets: usize,
     last_answer: Option<Instant>,
 ) {
-    let mut pods = HashMap::new();
+    // Sized at once: a map doubling its way up to 100,000 pods leaves the sizes it
+    // passed through to the allocator, at every publication.
+    let mut pods = HashMap::with_capacity(per_target.values().map(|(v, _, _)| v.len()).sum());
     for (values, at, seen) in per_target.values() {
         for (pod, v) in values {
             pods.insert(
