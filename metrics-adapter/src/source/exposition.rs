@@ -98,9 +98,8 @@ fn next_field<'a>(message: &mut &'a [u8]) -> Result<Option<Field<'a>>, Error> {
 
 /// A `string` field's text.
 fn text(bytes: &[u8]) -> Result<&str, Error> {
-    std::str::from_utf8(bytes).map_err(|_| {
-        Error::Decode("malformed protobuf exposition: a string is not UTF-8".into())
-    })
+    std::str::from_utf8(bytes)
+        .map_err(|_| Error::Decode("malformed protobuf exposition: a string is not UTF-8".into()))
 }
 
 /// The name (field 1) of an encoded `MetricFamily`, wherever it is among the fields
@@ -146,14 +145,13 @@ fn decode_metrics(
     Ok(())
 }
 
+/// Label pairs, as a series holds them.
+type Labels = Vec<(String, String)>;
+
 /// One `Metric`: the labels the derivation reads and its value (a gauge's, else a
 /// counter's, else an untyped one's); `None` when it has no value or more than
 /// [`MAX_LABELS_PER_SERIES`] labels (then counted in `out`).
-#[allow(clippy::type_complexity)]
-fn decode_metric(
-    mut metric: &[u8],
-    out: &mut Decoded,
-) -> Result<Option<(Vec<(String, String)>, f64)>, Error> {
+fn decode_metric(mut metric: &[u8], out: &mut Decoded) -> Result<Option<(Labels, f64)>, Error> {
     let mut labels = Vec::new();
     let mut count = 0usize;
     // gauge (2), counter (3), untyped (5): each a message whose field 1 is the value.

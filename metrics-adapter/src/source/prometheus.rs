@@ -179,7 +179,9 @@ impl<'de> serde::de::Visitor<'de> for MetricVisitor {
             (&*name.0, &*value.0).hash(&mut hasher);
             metric.identity = metric.identity.wrapping_add(hasher.finish());
             if KEPT.contains(&&*name.0) {
-                metric.labels.push((name.0.into_owned(), value.0.into_owned()));
+                metric
+                    .labels
+                    .push((name.0.into_owned(), value.0.into_owned()));
             }
         }
         Ok(metric)
@@ -250,10 +252,26 @@ impl<'de> Deserialize<'de> for Item {
 /// (shared by a round's queries), the next is an error. A sample with more than
 /// [`MAX_LABELS_PER_SERIES`] labels is not taken but counted in `over_labels`.
 struct Samples<'a, F> {
-    remaining: &'a AtomicUsize,
-    limit: usize,
-    over_labels: &'a AtomicU64,
+    budget: &'a Budget,
     take: F,
+}
+
+/// A round's series budget, shared by its queries: `remaining` of `limit` samples may
+/// still be taken; samples over the label bound are counted in `over_labels`.
+struct Budget {
+    remaining: AtomicUsize,
+    limit: usize,
+    over_labels: AtomicU64,
+}
+
+impl Budget {
+    fn new(limit: usize) -> Budget {
+        Budget {
+            remaining: AtomicUsize::new(limit),
+            limit,
+            over_labels: AtomicU64::new(0),
+        }
+    }
 }
 
 impl<'de, F: FnMut(VectorSample)> serde::de::DeserializeSeed<'de> for Samples<'_, F> {
@@ -287,14 +305,15 @@ impl<'de, F: FnMut(VectorSample)> serde::de::Visitor<'de> for Samples<'_, F> {
                 }
             };
             if sample.metric.count > MAX_LABELS_PER_SERIES {
-                self.over_labels.fetch_add(1, Ordering::Relaxed);
+                self.budget.over_labels.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let taken = self
-                .remaining
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            let taken =
+                self.budget
+                    .remaining
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             if taken.is_err() {
-                return Err(serde::de::Error::custom(SeriesLimit(self.limit)));
+                return Err(serde::de::Error::custom(SeriesLimit(self.budget.limit)));
             }
             (self.take)(sample);
         }
@@ -413,18 +432,15 @@ impl<'de, F: FnMut(VectorSample)> serde::de::Visitor<'de> for Data<'_, F> {
     }
 }
 
-/// Decode one vector answer, handing each sample to `take`; `remaining` counts down
-/// the round's series budget of `limit`, samples over the label bound are counted in
-/// `over_labels`.
+/// Decode one vector answer, handing each sample to `take`, within the round's
+/// `budget`.
 fn decode_answer(
     status: axum::http::StatusCode,
     body: &[u8],
-    remaining: &AtomicUsize,
-    limit: usize,
-    over_labels: &AtomicU64,
+    budget: &Budget,
     take: impl FnMut(VectorSample),
 ) -> Result<(), Error> {
-    let outcome = decode_outcome(status, body, remaining, limit, over_labels, take)?;
+    let outcome = decode_outcome(status, body, budget, take)?;
     match outcome.result_type.as_deref() {
         Some("vector") if outcome.has_result => Ok(()),
         Some("vector") | None => Err(Error::Decode("no data in the answer".into())),
@@ -436,10 +452,9 @@ fn decode_answer(
 /// Decoded as [`decode_answer`] does, sample by sample, their labels skipped.
 pub(crate) fn query_value(status: axum::http::StatusCode, body: &[u8]) -> Result<f64, Error> {
     let number = |s: &str| s.parse::<f64>().ok().filter(|x| x.is_finite());
-    let remaining = AtomicUsize::new(usize::MAX);
-    let over_labels = AtomicU64::new(0);
+    let budget = Budget::new(usize::MAX);
     let (mut sum, mut samples, mut not_numbers) = (0.0, 0usize, 0usize);
-    let outcome = decode_outcome(status, body, &remaining, usize::MAX, &over_labels, |s| {
+    let outcome = decode_outcome(status, body, &budget, |s| {
         samples += 1;
         match number(&s.value.1) {
             Some(v) => sum += v,
@@ -453,7 +468,7 @@ pub(crate) fn query_value(status: axum::http::StatusCode, body: &[u8]) -> Result
             .and_then(number)
             .ok_or_else(|| Error::Decode("the scalar is not a number".into())),
         Some("vector") => {
-            if over_labels.into_inner() > 0 {
+            if budget.over_labels.into_inner() > 0 {
                 return Err(Error::Decode(format!(
                     "a sample has more than {MAX_LABELS_PER_SERIES} labels"
                 )));
@@ -481,21 +496,15 @@ pub(crate) fn query_value(status: axum::http::StatusCode, body: &[u8]) -> Result
 fn decode_outcome(
     status: axum::http::StatusCode,
     body: &[u8],
-    remaining: &AtomicUsize,
-    limit: usize,
-    over_labels: &AtomicU64,
+    budget: &Budget,
     take: impl FnMut(VectorSample),
 ) -> Result<Outcome, Error> {
     use serde::de::DeserializeSeed;
     let mut de = serde_json::Deserializer::from_slice(body);
     let seed = Response {
-        samples: Samples {
-            remaining,
-            limit,
-            over_labels,
-            take,
-        },
+        samples: Samples { budget, take },
     };
+    let limit = budget.limit;
     let parsed = seed.deserialize(&mut de).and_then(|o| de.end().map(|()| o));
     let outcome = match parsed {
         Ok(outcome) => outcome,
@@ -537,15 +546,13 @@ fn encode_query(q: &str) -> String {
 /// One instant query, each sample handed to `take` as it is decoded. At most
 /// [`PROMETHEUS_QUERIES`] run at once (`slots`); the answer's bytes stay in the
 /// in-flight budget until decoded.
-#[allow(clippy::too_many_arguments)]
 async fn instant_query(
     client: &super::http_client::Client,
     opts: &PrometheusOptions,
     token: Option<&str>,
     query: &str,
     slots: &tokio::sync::Semaphore,
-    remaining: &AtomicUsize,
-    over_labels: &AtomicU64,
+    budget: &Budget,
     take: impl FnMut(VectorSample),
 ) -> Result<(), Error> {
     let _slot = slots
@@ -556,14 +563,7 @@ async fn instant_query(
         .endpoint
         .instant(client, token, query, &opts.limits, opts.timeout)
         .await?;
-    decode_answer(
-        answer.status,
-        &answer.body,
-        remaining,
-        opts.max_series,
-        over_labels,
-        take,
-    )
+    decode_answer(answer.status, &answer.body, budget, take)
 }
 
 /// The workload labels of a series as the exporter wrote them: with
@@ -597,34 +597,27 @@ async fn round(
     // is reduced as it is decoded: timestamps to a hash and a time, values to a series.
     let token = token.as_deref();
     let slots = tokio::sync::Semaphore::new(PROMETHEUS_QUERIES);
-    let remaining = AtomicUsize::new(opts.max_series);
-    let over_labels = AtomicU64::new(0);
-    let (slots, remaining, over) = (&slots, &remaining, &over_labels);
+    let budget = Budget::new(opts.max_series);
+    let (slots, budget) = (&slots, &budget);
     let answers = futures_util::future::join_all(FAMILIES.iter().map(|f| async move {
         let stamps_query = format!("timestamp({f})");
         let mut values: Vec<Kept> = Vec::new();
         let mut stamps: HashMap<u64, f64> = HashMap::new();
         let (got_values, got_stamps) = tokio::join!(
-            instant_query(client, opts, token, f, slots, remaining, over, |s| {
+            instant_query(client, opts, token, f, slots, budget, |s| {
                 values.push(FamilyAnswer::kept(s))
             }),
-            instant_query(
-                client,
-                opts,
-                token,
-                &stamps_query,
-                slots,
-                remaining,
-                over,
-                |s| FamilyAnswer::stamped(&mut stamps, s)
-            )
+            instant_query(client, opts, token, &stamps_query, slots, budget, |s| {
+                FamilyAnswer::stamped(&mut stamps, s)
+            })
         );
         got_values
             .and(got_stamps)
             .map(|()| (*f, FamilyAnswer { values, stamps }))
     }))
     .await;
-    opts.metrics.series_over_labels(over_labels.into_inner());
+    opts.metrics
+        .series_over_labels(budget.over_labels.load(Ordering::Relaxed));
     let now_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -643,7 +636,11 @@ pub(crate) struct FamilyAnswer {
 impl FamilyAnswer {
     /// A sample of the family's query as kept.
     fn kept(s: VectorSample) -> Kept {
-        (s.metric.identity, exporter_labels(s.metric.labels), s.value.1)
+        (
+            s.metric.identity,
+            exporter_labels(s.metric.labels),
+            s.value.1,
+        )
     }
 
     /// A sample of the family's `timestamp()` query into `stamps`.
@@ -658,14 +655,11 @@ impl FamilyAnswer {
     /// The family's answers decoded from the two bodies, within a series budget (for
     /// the fuzz target: the same decoding as a round's).
     pub(crate) fn decode(values: &[u8], stamps: &[u8], max_series: usize) -> Result<Self, Error> {
-        let remaining = AtomicUsize::new(max_series);
-        let over = AtomicU64::new(0);
+        let budget = Budget::new(max_series);
         let mut family = FamilyAnswer::default();
         let ok = axum::http::StatusCode::OK;
-        decode_answer(ok, values, &remaining, max_series, &over, |s| {
-            family.values.push(Self::kept(s))
-        })?;
-        decode_answer(ok, stamps, &remaining, max_series, &over, |s| {
+        decode_answer(ok, values, &budget, |s| family.values.push(Self::kept(s)))?;
+        decode_answer(ok, stamps, &budget, |s| {
             Self::stamped(&mut family.stamps, s)
         })?;
         Ok(family)
@@ -820,15 +814,14 @@ mod tests {
     }
 
     fn decode(body: &[u8], limit: usize) -> (Result<(), Error>, Vec<String>, usize) {
-        let remaining = AtomicUsize::new(limit);
-        let over = AtomicU64::new(0);
+        let budget = Budget::new(limit);
         let mut pods = Vec::new();
         let ok = axum::http::StatusCode::OK;
-        let result = decode_answer(ok, body, &remaining, limit, &over, |s| {
+        let result = decode_answer(ok, body, &budget, |s| {
             let pod = s.metric.labels.iter().find(|(k, _)| k == "pod");
             pods.push(pod.map(|(_, v)| v.clone()).unwrap_or_default())
         });
-        (result, pods, remaining.into_inner())
+        (result, pods, budget.remaining.into_inner())
     }
 
     /// Issue 27: one sample of 140,000 labels was decoded whole (359 MB). A sample
@@ -848,25 +841,22 @@ mod tests {
             labels(MAX_LABELS_PER_SERIES),
             labels(MAX_LABELS_PER_SERIES - 1)
         );
-        let remaining = AtomicUsize::new(10);
-        let over = AtomicU64::new(0);
+        let budget = Budget::new(10);
         let mut kept = Vec::new();
         let ok = axum::http::StatusCode::OK;
-        decode_answer(ok, body.as_bytes(), &remaining, 10, &over, |s| {
-            kept.push(s.metric)
-        })
-        .unwrap();
-        assert_eq!(over.into_inner(), 1);
+        decode_answer(ok, body.as_bytes(), &budget, |s| kept.push(s.metric)).unwrap();
+        assert_eq!(budget.over_labels.into_inner(), 1);
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].labels, [("pod".to_string(), "a".to_string())]);
-        let identity = |json: &str| {
-            serde_json::from_str::<Metric>(json).unwrap().identity
-        };
+        let identity = |json: &str| serde_json::from_str::<Metric>(json).unwrap().identity;
         assert_eq!(
             identity(r#"{"a":"1","b":"2","__name__":"x"}"#),
             identity(r#"{"b":"2","a":"1"}"#)
         );
-        assert_ne!(identity(r#"{"a":"1","b":"2"}"#), identity(r#"{"a":"2","b":"1"}"#));
+        assert_ne!(
+            identity(r#"{"a":"1","b":"2"}"#),
+            identity(r#"{"a":"2","b":"1"}"#)
+        );
     }
 
     /// The `promql:` signals' reading: a vector summed, a scalar read, whatever the
@@ -898,7 +888,10 @@ mod tests {
                 r#"{"status":"success","data":{"resultType":"string","result":[1,"s"]}}"#,
                 "expected a vector or a scalar",
             ),
-            (r#"{"status":"success","data":"#, "not a Prometheus API answer"),
+            (
+                r#"{"status":"success","data":"#,
+                "not a Prometheus API answer",
+            ),
             (
                 r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"1e308"]},{"metric":{},"value":[1,"1e308"]}]}}"#,
                 "not a finite number",

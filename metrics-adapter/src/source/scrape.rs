@@ -42,8 +42,7 @@ pub const COALESCE: Duration = Duration::from_millis(200);
 pub const MIN_GAP: Duration = Duration::from_millis(100);
 
 /// Turns a scrape body into series, refusing more than `max_series`.
-pub type Decoder =
-    fn(content_type: &str, body: &[u8], max_series: usize) -> Result<Decoded, Error>;
+pub type Decoder = fn(content_type: &str, body: &[u8], max_series: usize) -> Result<Decoded, Error>;
 
 /// One target's answer read: its pods' values, and how many of its series were refused
 /// for passing [`super::limits::MAX_LABELS_PER_SERIES`].
@@ -481,8 +480,8 @@ fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::derive::Series;
     use crate::fleet::GpuMetric;
+    use crate::source::derive::Series;
     use axum::extract::{RawQuery, State};
     use axum::http::StatusCode;
     use axum::response::{IntoResponse, Response};

@@ -262,7 +262,10 @@ pub async fn run(opts: SignalOptions, clients: Clients, signals: SignalsHandle) 
     let mut failing: BTreeMap<(String, String), bool> = BTreeMap::new();
     loop {
         ticker.tick().await;
-        let reads = opts.specs.iter().map(|spec| read_one(&clients, &opts, spec));
+        let reads = opts
+            .specs
+            .iter()
+            .map(|spec| read_one(&clients, &opts, spec));
         let results = futures_util::future::join_all(reads).await;
         let (at, seen) = (SystemTime::now(), Instant::now());
         signals.send_if_modified(|s| {
@@ -370,7 +373,10 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        assert_eq!(sum_series(wide.as_bytes(), "queue", &[], 100).unwrap(), Some(1.0));
+        assert_eq!(
+            sum_series(wide.as_bytes(), "queue", &[], 100).unwrap(),
+            Some(1.0)
+        );
         assert!(sum_series(body, "queue", &[], 2).is_err());
     }
 }

@@ -14,6 +14,10 @@ use e2e_tests::{Adapter, get, wait_for, workspace};
 use gpu_metrics_adapter::source::derive::FAMILIES;
 use gpu_metrics_adapter::source::exposition::proto;
 use gpu_metrics_adapter::source::limits::{MAX_LABELS_PER_SERIES, MEMORY_LIMIT_MIB};
+
+/// Labels on the hostile Prometheus sample: the issue's 140,000.
+const WIDE: usize = 140_000;
+const _: () = assert!(WIDE > MAX_LABELS_PER_SERIES);
 use prost::Message;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -41,8 +45,8 @@ fn mebibytes(quantity: &str) -> usize {
 #[test]
 fn the_deployment_memory_limit_is_the_budget_table_s() {
     let read = |rel: &str| -> Value {
-        let text = std::fs::read_to_string(workspace().join(rel))
-            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let text =
+            std::fs::read_to_string(workspace().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
         serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
     };
     let deployment = read("deploy/base/adapter/deployment.yaml");
@@ -66,7 +70,10 @@ fn the_deployment_memory_limit_is_the_budget_table_s() {
 
 /// Run `adapter` until `settled`, then check its peak against the limit.
 fn peak_within_limit(what: &str, adapter: &mut Adapter) -> u64 {
-    assert!(adapter.process.exited().is_none(), "{what}: the adapter exited");
+    assert!(
+        adapter.process.exited().is_none(),
+        "{what}: the adapter exited"
+    );
     let peak = status_bytes(adapter.process.pid(), "VmHWM");
     eprintln!(
         "{what}: VmHWM {:.1} MiB (limit {MEMORY_LIMIT_MIB} MiB)",
@@ -169,7 +176,11 @@ fn exporters_with_help_before_the_name_stay_within_the_memory_limit() {
         })
         .collect();
     let huge = help_first("DCGM_FI_DEV_GPU_UTIL", "GPU utilization.", huge_metrics);
-    assert!(huge.len() > 15_000_000 && huge.len() < 16 << 20, "{}", huge.len());
+    assert!(
+        huge.len() > 15_000_000 && huge.len() < 16 << 20,
+        "{}",
+        huge.len()
+    );
     let huge: Vec<String> = (0..8).map(|_| serve(protobuf(huge.clone()))).collect();
     let mut args = vec!["--exporter-url", good.as_str()];
     for url in &huge {
@@ -177,9 +188,11 @@ fn exporters_with_help_before_the_name_stay_within_the_memory_limit() {
     }
     let mut adapter = Adapter::start(&args);
     until_served(&adapter, "ml", "p-0");
-    wait_for("each huge exporter refused twice", Duration::from_secs(180), || {
-        (rejected(&adapter, "series_limit") >= 16.0).then_some(())
-    });
+    wait_for(
+        "each huge exporter refused twice",
+        Duration::from_secs(180),
+        || (rejected(&adapter, "series_limit") >= 16.0).then_some(()),
+    );
     peak_within_limit("8 help-first 15 MiB exporters", &mut adapter);
     let (status, body) = utilization(&adapter, "ml", "p-0");
     assert_eq!(status, 200, "{body}");
@@ -188,7 +201,8 @@ fn exporters_with_help_before_the_name_stay_within_the_memory_limit() {
 
 /// Issue 27: 100 exporters of 999 pods, inside every per-target limit, held 417 MB.
 /// Whatever the fleet-wide pod budget lets in is served, and the peak stays within
-/// the limit.
+/// the limit. Scraped every 10 s rather than 2 s (a timing flag, not a memory one): a
+/// debug build on a busy machine decodes 100 such answers slower than every 2 s.
 #[test]
 fn a_hundred_exporters_of_999_pods_stay_within_the_memory_limit() {
     const EXPORTERS: usize = 100;
@@ -212,7 +226,14 @@ fn a_hundred_exporters_of_999_pods_stay_within_the_memory_limit() {
             serve(protobuf(body))
         })
         .collect();
-    let mut args = Vec::new();
+    let mut args = vec![
+        "--scrape-interval",
+        "10s",
+        "--scrape-timeout",
+        "9s",
+        "--max-staleness",
+        "120s",
+    ];
     for url in &urls {
         args.extend(["--exporter-url", url.as_str()]);
     }
@@ -236,10 +257,16 @@ fn a_hundred_exporters_of_999_pods_stay_within_the_memory_limit() {
     });
     peak_within_limit("100 exporters of 999 pods", &mut adapter);
     // Every exporter let in is served, to its last pod.
-    let served = (0..EXPORTERS)
-        .filter(|e| utilization(&adapter, &format!("node-{e}"), "p-998").0 == 200)
-        .count();
-    assert_eq!(served, want as usize / PODS);
+    wait_for(
+        "every exporter let in served",
+        Duration::from_secs(300),
+        || {
+            let served = (0..EXPORTERS)
+                .filter(|e| utilization(&adapter, &format!("node-{e}"), "p-998").0 == 200)
+                .count();
+            (served == want as usize / PODS).then_some(())
+        },
+    );
     if (EXPORTERS * PODS) > max_pods {
         assert!(rejected(&adapter, "pod_budget") >= 1.0);
     }
@@ -261,7 +288,8 @@ fn serve_json(answer: impl Fn(&str) -> Arc<Vec<u8>> + Send + Sync + 'static) -> 
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                         body.len()
                     );
-                    if stream.write_all(head.as_bytes()).is_err() || stream.write_all(&body).is_err()
+                    if stream.write_all(head.as_bytes()).is_err()
+                        || stream.write_all(&body).is_err()
                     {
                         return;
                     }
@@ -296,7 +324,7 @@ fn vector(samples: &str) -> Vec<u8> {
 /// counted, and the good sample of the same answer is served.
 #[test]
 fn a_prometheus_sample_with_140k_labels_is_refused_within_the_memory_limit() {
-    let wide: String = (0..140_000)
+    let wide: String = (0..WIDE)
         .map(|i| format!(r#""l{i}":"{}","#, "v".repeat(96)))
         .collect();
     let good_labels = r#""UUID":"GPU-0","namespace":"ml","pod":"p-0""#;
@@ -311,9 +339,14 @@ fn a_prometheus_sample_with_140k_labels_is_refused_within_the_memory_limit() {
         } else {
             "42".into()
         };
-        let sample = |labels: &str| format!(r#"{{"metric":{{{labels}}},"value":[{now},"{value}"]}}"#);
+        let sample =
+            |labels: &str| format!(r#"{{"metric":{{{labels}}},"value":[{now},"{value}"]}}"#);
         let wide = format!("{wide}{good_labels}");
-        Arc::new(vector(&format!("{},{}", sample(&wide), sample(good_labels))))
+        Arc::new(vector(&format!(
+            "{},{}",
+            sample(&wide),
+            sample(good_labels)
+        )))
     };
     let body_len = answer("GET /api/v1/query?query=x HTTP/1.1").len();
     assert!(body_len > 15_000_000 && body_len < 16 << 20, "{body_len}");
@@ -331,7 +364,6 @@ fn a_prometheus_sample_with_140k_labels_is_refused_within_the_memory_limit() {
     let (status, body) = utilization(&adapter, "ml", "p-0");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""value":"42""#), "{body}");
-    assert!(MAX_LABELS_PER_SERIES < 140_000);
 }
 
 /// Issue 27: a 15 MiB `promql:` signal answer was parsed into a JSON tree every
