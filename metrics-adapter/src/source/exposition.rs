@@ -338,6 +338,17 @@ mod tests {
             field_bytes(metrics_only(&wanted)),
             field_bytes(name_only("DCGM_FI_DEV_GPU_UTIL")),
         ]));
+        // A help that is not even text, before an unwanted family's name and a wanted
+        // one's: skipped, never decoded (decoding the families whole failed here).
+        let not_text = vec![0x12, 2, 0xff, 0xfe];
+        body.extend(reordered(&[
+            not_text.clone(),
+            field_bytes(name_only("DCGM_FI_DEV_SM_CLOCK")),
+        ]));
+        body.extend(reordered(&[
+            not_text,
+            field_bytes(name_only("DCGM_FI_DEV_FB_FREE")),
+        ]));
         let decoded = decode(exposition_type(), &body, 10).unwrap();
         assert_eq!(decoded.series.len(), 10);
         assert!(decoded.series.iter().all(|s| s.value == 7.0));
