@@ -547,7 +547,9 @@ fn decoded_footprint() -> (f64, usize) {
             (n + 8).max(32).div_ceil(16) * 16
         }
     };
-    let series = exposition::decode(CONTENT_TYPE, &node_body(0), usize::MAX).expect("decodes");
+    let series = exposition::decode(CONTENT_TYPE, &node_body(0), usize::MAX)
+        .expect("decodes")
+        .series;
     let mut bytes = chunk(
         series.capacity() * std::mem::size_of::<gpu_metrics_adapter::source::derive::Series>(),
     );

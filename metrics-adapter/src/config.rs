@@ -276,8 +276,8 @@ pub struct Cli {
     pub max_response_size: usize,
 
     /// Bytes of answers read or being decoded at once, over every exporter and query;
-    /// an answer waits for room. With --max-response-size, sized for the Deployment's
-    /// 256Mi memory limit (see source::limits); raise both with it.
+    /// an answer waits for room. Like every memory bound's default, its row of the
+    /// Deployment's 256Mi memory budget (see source::limits); raise them with it.
     #[arg(long, value_name = "SIZE", default_value = "32Mi", value_parser = parse_size, help_heading = "Memory bounds")]
     pub max_in_flight_size: usize,
 
@@ -286,7 +286,7 @@ pub struct Cli {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 20_000,
+        default_value_t = crate::source::limits::DEFAULT_MAX_SERIES_PER_TARGET,
         help_heading = "Memory bounds"
     )]
     pub max_series_per_target: usize,
@@ -295,16 +295,17 @@ pub struct Cli {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 1_000,
+        default_value_t = crate::source::limits::DEFAULT_MAX_PODS_PER_TARGET,
         help_heading = "Memory bounds"
     )]
     pub max_pods_per_target: usize,
 
-    /// Pods held over the whole fleet; an answer that would pass it is refused.
+    /// Pods held over the whole fleet; an answer that would pass it is refused (~4 KiB
+    /// a pod: raise the memory limit with it).
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 100_000,
+        default_value_t = crate::source::limits::DEFAULT_MAX_PODS,
         help_heading = "Memory bounds"
     )]
     pub max_pods: usize,
@@ -314,7 +315,7 @@ pub struct Cli {
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 200_000,
+        default_value_t = crate::source::limits::DEFAULT_PROMETHEUS_MAX_SERIES,
         help_heading = "Memory bounds"
     )]
     pub prometheus_max_series: usize,
@@ -557,6 +558,28 @@ mod tests {
         };
         let defaults = cli(&[]).limits().unwrap();
         assert!(defaults.max_response_bytes <= defaults.max_in_flight_bytes);
+        // The flags' defaults are the memory budget's (source::limits::BUDGET).
+        let budget = crate::source::limits::Limits::default();
+        assert_eq!(
+            (
+                defaults.max_response_bytes,
+                defaults.max_in_flight_bytes,
+                defaults.max_series_per_target,
+                defaults.max_pods_per_target,
+                defaults.max_pods,
+            ),
+            (
+                budget.max_response_bytes,
+                budget.max_in_flight_bytes,
+                budget.max_series_per_target,
+                budget.max_pods_per_target,
+                budget.max_pods,
+            )
+        );
+        assert_eq!(
+            cli(&[]).prometheus_max_series,
+            crate::source::limits::DEFAULT_PROMETHEUS_MAX_SERIES
+        );
         let e = cli(&[
             "--max-response-size",
             "64Mi",

@@ -52,6 +52,11 @@ pub mod fuzzing {
         assemble(vec![answer], now_unix, staleness, max_pods)
     }
 
+    /// A `promql:` signal's reading of an instant-query answer `body`.
+    pub fn signal_value(body: &[u8]) -> Result<f64, Error> {
+        crate::source::prometheus::query_value(axum::http::StatusCode::OK, body)
+    }
+
     /// The state a KEDA trigger is parsed against: the built-in metrics only, no data.
     pub fn trigger_state() -> crate::query::AppState {
         crate::query::AppState {
@@ -153,10 +158,7 @@ fn start_source(
     if let Some(url) = &cli.prometheus_url {
         tracing::info!(url = %url, "source: Prometheus-compatible API");
         let opts = prometheus::PrometheusOptions {
-            url: url.clone(),
-            headers: cli.prometheus_headers.clone(),
-            bearer_token_file: cli.prometheus_bearer_token_file.clone(),
-            ca_file: cli.prometheus_ca_file.clone(),
+            endpoint: prometheus_endpoint(cli, url),
             interval: cli.scrape_interval,
             timeout: cli.scrape_timeout,
             staleness: cli.staleness(),
@@ -194,6 +196,16 @@ fn start_source(
     Ok(cli.exporter_urls.is_empty().then_some(targets))
 }
 
+/// The Prometheus API at `url` with the --prometheus-* flags' headers, token and CA.
+fn prometheus_endpoint(cli: &Cli, url: &str) -> prometheus::Endpoint {
+    prometheus::Endpoint {
+        url: url.to_string(),
+        headers: cli.prometheus_headers.clone(),
+        bearer_token_file: cli.prometheus_bearer_token_file.clone(),
+        ca_file: cli.prometheus_ca_file.clone(),
+    }
+}
+
 /// The signal loop, when --signal declares any.
 fn start_signals(
     cli: &Cli,
@@ -203,11 +215,17 @@ fn start_signals(
     if cli.signals.is_empty() {
         return Ok(signals);
     }
-    let prometheus_url = cli
-        .signal_prometheus_url
-        .clone()
-        .or(cli.prometheus_url.clone());
-    if prometheus_url.is_none()
+    // --signal-prometheus-url is asked as it is; without it, the signals ask
+    // --prometheus-url as the Prometheus source does (its headers, token and CA).
+    let prometheus = match (&cli.signal_prometheus_url, &cli.prometheus_url) {
+        (Some(url), _) => Some(prometheus::Endpoint {
+            url: url.clone(),
+            ..Default::default()
+        }),
+        (None, Some(url)) => Some(prometheus_endpoint(cli, url)),
+        (None, None) => None,
+    };
+    if prometheus.is_none()
         && let Some(s) = cli
             .signals
             .iter()
@@ -220,16 +238,16 @@ fn start_signals(
     }
     let opts = source::signal::SignalOptions {
         specs: cli.signals.clone(),
-        prometheus_url,
+        prometheus,
         interval: cli.signal_interval,
         timeout: cli.scrape_timeout.min(cli.signal_interval * 4),
         limits: cli.limits()?,
         metrics,
     };
-    let client =
-        source::signal::client().map_err(|e| Error::Config(format!("the signal client: {e}")))?;
+    let clients = source::signal::clients(&opts)
+        .map_err(|e| Error::Config(format!("the signal client: {e}")))?;
     tracing::info!(signals = cli.signals.len(), interval = ?cli.signal_interval, "source: signals without pods");
-    tokio::spawn(source::signal::run(opts, client, signals.clone()));
+    tokio::spawn(source::signal::run(opts, clients, signals.clone()));
     Ok(signals)
 }
 

@@ -6,7 +6,11 @@
 MODE: prometheus-json (each query answered with 200 MB of valid Prometheus JSON),
 prometheus-random (200 MB of random bytes), exporter-protobuf (one exporter answering a
 valid 15 MiB protobuf exposition: 140,000 pod series), quiet (an exporter that never
-answers: the baseline). Prints VmHWM, VmRSS and the adapter's refusal counters.
+answers: the baseline). Issue 27: exporter-help-first (--targets N exporters answering
+the 15 MiB exposition with each family's help before its name), fleet (100 exporters of
+999 pods each, every default limit kept), prometheus-labels (one sample with 140,000
+labels per query), signal-promql (a promql: signal answered with 15 MiB of JSON).
+Prints VmHWM, VmRSS and the adapter's refusal counters.
 """
 import argparse, os, random, re, socket, subprocess, sys, threading, time, urllib.request
 
@@ -29,18 +33,31 @@ def field(tag, payload):
     return bytes([tag]) + varint(len(payload)) + payload
 
 
-def exposition(series):
+def exposition(series, help_first=False, name="DCGM_FI_DEV_GPU_UTIL", node=None):
+    """With a node, the labels of a real exporter's series; without, the five of issue 20's."""
     import struct
     metrics = bytearray()
     for i in range(series):
+        pairs = (("gpu", str(i)), ("UUID", f"GPU-{node}-{i:08}"), ("device", f"nvidia{i}"),
+                 ("modelName", "NVIDIA H100 80GB HBM3"), ("Hostname", node),
+                 ("DCGM_FI_DRIVER_VERSION", "550.54.15"), ("container", "main"),
+                 ("namespace", "huge"), ("pod", f"p-{node}-{i}")) if node else (
+                 ("UUID", f"GPU-{i:08}"), ("container", "main"), ("Hostname", "node-a"),
+                 ("namespace", "huge"), ("pod", f"p-{i}"))
         labels = b"".join(
-            field(0x0A, field(0x0A, k.encode()) + field(0x12, v.encode()))
-            for k, v in (("UUID", f"GPU-{i:08}"), ("container", "main"), ("Hostname", "node-a"),
-                         ("namespace", "huge"), ("pod", f"p-{i}")))
+            field(0x0A, field(0x0A, k.encode()) + field(0x12, v.encode())) for k, v in pairs)
         gauge = field(0x12, b"\x09" + struct.pack("<d", 1.0))
         metrics += field(0x22, labels + gauge)
-    family = field(0x0A, b"DCGM_FI_DEV_GPU_UTIL") + b"\x18\x01" + bytes(metrics)
+    help_field = field(0x12, b"GPU utilization (in %).")
+    name_field = field(0x0A, name.encode())
+    head = help_field + name_field if help_first else name_field + help_field
+    family = head + b"\x18\x01" + bytes(metrics)
     return varint(len(family)) + family
+
+
+FAMILIES = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+            "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
 
 
 def serve(handler):
@@ -71,6 +88,16 @@ def serve(handler):
     return f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
+def answer(content_type, body):
+    def handler(conn):
+        conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return handler
+
+
+PROTOBUF = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+
+
 def chunked(content_type, make_chunk):
     def handler(conn):
         conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n"
@@ -92,7 +119,9 @@ RANDOM = random.Random(1).randbytes(64 << 10)
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["prometheus-json", "prometheus-random", "exporter-protobuf", "quiet"])
+    p.add_argument("mode", choices=["prometheus-json", "prometheus-random", "exporter-protobuf", "quiet",
+                                    "exporter-help-first", "fleet", "prometheus-labels", "signal-promql"])
+    p.add_argument("--targets", type=int, default=1)
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--binary", default="target/debug/gpu-metrics-adapter")
     a, flags = p.parse_known_args()
@@ -112,10 +141,40 @@ def main():
                           "proto=io.prometheus.client.MetricFamily; encoding=delimited\r\n"
                           f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
         source = ["--exporter-url", serve(handler)]
+    elif a.mode == "exporter-help-first":
+        body = exposition(140_000, help_first=True)
+        print(f"exposition: {len(body)} bytes, 140000 series, help first", file=sys.stderr)
+        source = []
+        for _ in range(a.targets):
+            source += ["--exporter-url", serve(answer(PROTOBUF, body))]
+    elif a.mode == "fleet":
+        source = []
+        for t in range(100):
+            body = b"".join(exposition(999, name=f, node=f"node-{t}") for f in FAMILIES)
+            source += ["--exporter-url", serve(answer(PROTOBUF, body))]
+        print(f"fleet: 100 exporters, {len(body)} bytes each, 999 pods", file=sys.stderr)
+    elif a.mode == "prometheus-labels":
+        labels = ",".join(f'"l{i}":"{"v" * 96}"' for i in range(140_000))
+        body = ('{"status":"success","data":{"resultType":"vector","result":[{"metric":{'
+                + labels + '},"value":[1,"1"]}]}}').encode()
+        print(f"answer: {len(body)} bytes, one sample of 140000 labels", file=sys.stderr)
+        source = ["--prometheus-url", serve(answer("application/json", body))]
+    elif a.mode == "signal-promql":
+        sample = '{"metric":{"pod":"p","namespace":"n"},"value":[1,"1"]}'
+        n = (15 << 20) // (len(sample) + 1)
+        body = ('{"status":"success","data":{"resultType":"vector","result":['
+                + ",".join([sample] * n) + ']}}').encode()
+        print(f"answer: {len(body)} bytes, {n} samples", file=sys.stderr)
+        source = ["--exporter-url", serve(lambda conn: time.sleep(3600)),
+                  "--signal", "ns/queue=promql:sum(queue)",
+                  "--signal-prometheus-url", serve(answer("application/json", body))]
     else:
         source = ["--exporter-url", serve(lambda conn: time.sleep(3600))]
+    # Issue 20's modes scrape every second; issue 27's run at the default flags.
+    timing = ["--scrape-interval", "1s", "--scrape-timeout", "5s"] if a.mode in (
+        "prometheus-json", "prometheus-random", "exporter-protobuf", "quiet") else []
     cmd = [a.binary, "--insecure-serve-http", "--bind-address", "127.0.0.1", "--secure-port", "0",
-           "--grpc-port", "0", "--scrape-interval", "1s", "--scrape-timeout", "5s"] + source + a.flags
+           "--grpc-port", "0"] + timing + source + a.flags
     env = dict(os.environ, RUST_LOG="warn,gpu_metrics_adapter=info")
     env.pop("KUBECONFIG", None)
     adapter = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -126,15 +185,22 @@ def main():
             base = f"http://{m.group(1)}"
             break
     threading.Thread(target=lambda: [None for _ in adapter.stderr], daemon=True).start()
+    started = time.time()
+    cpu0 = sum(int(x) for x in open(f"/proc/{adapter.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
     time.sleep(a.seconds)
+    cpu = sum(int(x) for x in open(f"/proc/{adapter.pid}/stat").read().rsplit(")", 1)[1].split()[11:13]) - cpu0
     status = open(f"/proc/{adapter.pid}/status").read()
     fields = {k: v.strip() for k, v in (l.split(":", 1) for l in status.splitlines())}
     metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode() if base else ""
     adapter.kill()
-    print(f"{a.mode}: VmHWM {fields['VmHWM']}, VmRSS {fields['VmRSS']}")
+    cores = cpu / 100 / (time.time() - started)
+    print(f"{a.mode}: VmHWM {fields['VmHWM']}, VmRSS {fields['VmRSS']}, CPU {cores:.2f} cores")
     for line in metrics.splitlines():
         if line.startswith(("gpu_metrics_adapter_source_target_rejected_total",
-                            "gpu_metrics_adapter_source_scrapes_total")):
+                            "gpu_metrics_adapter_source_scrapes_total",
+                            "gpu_metrics_adapter_source_series_over_label_limit_total",
+                            "gpu_metrics_adapter_signal_reads_total",
+                            "gpu_metrics_adapter_pods_fresh")):
             print(" ", line)
 
 

@@ -32,6 +32,17 @@ pub const FAMILIES: [&str; 6] = [
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
 ];
 
+/// The labels the derivation reads: what the exporters' decoders keep of a series.
+pub const LABELS: [&str; 4] = ["UUID", "GPU_I_ID", "namespace", "pod"];
+
+/// A decoded answer: its series, and how many it refused for carrying more than
+/// [`super::limits::MAX_LABELS_PER_SERIES`] labels (the rest are kept).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Decoded {
+    pub series: Vec<Series>,
+    pub over_labels: u64,
+}
+
 /// One sample of a scrape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {

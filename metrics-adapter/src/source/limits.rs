@@ -12,23 +12,93 @@
 //! `gpu_metrics_adapter_source_target_rejected_total{reason}`, and logged once when
 //! it starts failing.
 //!
-//! The defaults fit the Deployment's 256 MiB memory limit (deploy/base/adapter): the
-//! adapter peaks at ~160 MiB with 10,000 GPUs (its fleet view, pod index and
-//! caches); 32 MiB of answers in flight plus one decoded answer (one exporter body
-//! decoded at a time; Prometheus queries at most [`PROMETHEUS_QUERIES`] at once, each a
-//! few times its JSON size once decoded) stay within the ~96 MiB left. A 10,000-GPU
-//! answer from Prometheus is ~3 MB per query, an exporter's ~200 KB: the 16 MiB response
-//! limit is five times the largest. Measured against 200 MB answers and a 15 MiB
-//! protobuf, the defaults peak 47 to 82 MB above the adapter's idle 24 MB
-//! (docs/benchmarks/adapter.md, "Adapter memory bounds"). Raise the memory limit with
-//! these flags.
+//! The Deployment's memory limit and the defaults of these flags come from one table,
+//! [`BUDGET`]: the limit (deploy/base/adapter and the Helm chart, held to
+//! it by the e2e test `adapter_memory`) is its sum, each flag's default is derived from
+//! its row, and that test runs the hostile shapes at the default flags (exporters
+//! whose families put their help before their name, 100 exporters of 999 pods, a
+//! Prometheus sample of 140,000 labels, a 15 MiB `promql:` signal answer) and holds
+//! the adapter's peak RSS under the limit. Raise the memory limit with these flags.
 
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// MiB.
+const MIB: usize = 1 << 20;
+
+/// One row of the memory budget: what it pays for, MiB.
+#[derive(Clone, Copy, Debug)]
+pub struct Share {
+    pub what: &'static str,
+    pub mib: usize,
+}
+
+/// Where the Deployment's memory goes at the default flags.
+pub const BUDGET: [Share; 5] = [
+    Share {
+        what: "the process at rest (runtime, clients, TLS, its own metrics: 24 MiB measured), the pod index, and one connection per exporter (~32 KiB each: ~40 MiB for 1,250 exporters)",
+        mib: 64,
+    },
+    Share {
+        what: "answers being read or decoded, over every target: --max-in-flight-size (--max-response-size is half)",
+        mib: 32,
+    },
+    Share {
+        what: "one answer decoded: an exporter's --max-series-per-target series (~6 MiB), or a Prometheus round's --prometheus-max-series samples, each reduced to the four labels a round reads (~480 B)",
+        mib: 80,
+    },
+    Share {
+        what: "the pods held, --max-pods: each pod's values as its exporter last sent them and in the published view, a third copy while a new view replaces the old, and the allocator's slack over them (~3.5 KiB a pod measured, 4 KiB counted)",
+        mib: 64,
+    },
+    Share {
+        what: "headroom: the allocator's arenas, TLS handshakes, API answers being written",
+        mib: 16,
+    },
+];
+
+/// The Deployment's memory limit, MiB: the sum of [`BUDGET`].
+pub const MEMORY_LIMIT_MIB: usize = {
+    let mut sum = 0;
+    let mut i = 0;
+    while i < BUDGET.len() {
+        sum += BUDGET[i].mib;
+        i += 1;
+    }
+    sum
+};
+
+/// `--max-in-flight-size`'s default: its row.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = BUDGET[1].mib * MIB;
+/// `--max-response-size`'s default: half the in-flight budget, so two answers of the
+/// largest size can be read at once.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = DEFAULT_MAX_IN_FLIGHT_BYTES / 2;
+/// A decoded Prometheus sample as a round keeps it, bytes, counted.
+pub const PROMETHEUS_SERIES_BYTES: usize = 480;
+/// `--prometheus-max-series`'s default: its row, rounded down to 10,000s (a
+/// 10,000-GPU fleet's round is 120,000).
+pub const DEFAULT_PROMETHEUS_MAX_SERIES: usize =
+    BUDGET[2].mib * MIB / PROMETHEUS_SERIES_BYTES / 10_000 * 10_000;
+/// A pod held, bytes, counted.
+pub const POD_BYTES: usize = 4 << 10;
+/// `--max-pods`'s default: its row, rounded down to 1,000s (the scale target is
+/// 10,000 GPUs).
+pub const DEFAULT_MAX_PODS: usize = BUDGET[3].mib * MIB / POD_BYTES / 1_000 * 1_000;
+/// `--max-series-per-target`'s default (a node with 8 GPUs split 7 ways reports
+/// ~1,000; decoded, 20,000 are ~6 MiB).
+pub const DEFAULT_MAX_SERIES_PER_TARGET: usize = 20_000;
+/// `--max-pods-per-target`'s default.
+pub const DEFAULT_MAX_PODS_PER_TARGET: usize = 1_000;
+
 /// Prometheus queries in flight at once in one round (each family and its timestamps
 /// are two): bounds the decoded answers alive together.
 pub const PROMETHEUS_QUERIES: usize = 2;
+
+/// Labels one series may carry (a gpu-exporter's have 10 to 14, a Prometheus
+/// series a few more); one with more is refused and counted, the rest of its answer
+/// kept. Every decoder applies it: the protobuf exposition, Prometheus answers and the
+/// serving engines' text.
+pub const MAX_LABELS_PER_SERIES: usize = 128;
 
 /// Why a target's answer was refused, the `reason` label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,14 +182,29 @@ impl Limits {
 impl Default for Limits {
     /// The flags' defaults.
     fn default() -> Limits {
-        let max_in_flight_bytes = 32 << 20;
+        let max_in_flight_bytes = DEFAULT_MAX_IN_FLIGHT_BYTES;
         Limits {
-            max_response_bytes: 16 << 20,
-            max_series_per_target: 20_000,
-            max_pods_per_target: 1_000,
-            max_pods: 100_000,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_series_per_target: DEFAULT_MAX_SERIES_PER_TARGET,
+            max_pods_per_target: DEFAULT_MAX_PODS_PER_TARGET,
+            max_pods: DEFAULT_MAX_PODS,
             in_flight: Arc::new(Semaphore::new(max_in_flight_bytes)),
             max_in_flight_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derived defaults are what the flags' help and the docs say they are.
+    #[test]
+    fn the_defaults_come_from_the_budget() {
+        assert_eq!(MEMORY_LIMIT_MIB, 256);
+        assert_eq!(DEFAULT_MAX_IN_FLIGHT_BYTES, 32 * MIB);
+        assert_eq!(DEFAULT_MAX_RESPONSE_BYTES, 16 * MIB);
+        assert_eq!(DEFAULT_PROMETHEUS_MAX_SERIES, 170_000);
+        assert_eq!(DEFAULT_MAX_PODS, 16_000);
     }
 }

@@ -57,6 +57,7 @@ pub struct ReasonLabel {
 pub struct SourceMetrics {
     scrapes: Family<ResultLabel, Counter>,
     rejections: Family<ReasonLabel, Counter>,
+    over_labels: Counter,
     round_duration: Histogram,
     signal_reads: Family<SignalLabels, Counter>,
     info_fetches: Family<ResultLabel, Counter>,
@@ -67,6 +68,7 @@ impl Default for SourceMetrics {
         SourceMetrics {
             scrapes: Family::default(),
             rejections: Family::default(),
+            over_labels: Counter::default(),
             // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
             round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
             signal_reads: Family::default(),
@@ -97,6 +99,16 @@ impl SourceMetrics {
     pub fn rejections(&self, reason: limits::Rejection) -> u64 {
         let reason = reason.label();
         self.rejections.get_or_create(&ReasonLabel { reason }).get()
+    }
+
+    /// Series refused for carrying more than [`limits::MAX_LABELS_PER_SERIES`] labels.
+    pub fn series_over_labels(&self, n: u64) {
+        self.over_labels.inc_by(n);
+    }
+
+    /// Series refused so far for their labels (tests).
+    pub fn over_labels(&self) -> u64 {
+        self.over_labels.get()
     }
 
     /// One read of a `--signal`'s source.
@@ -140,6 +152,11 @@ impl SourceMetrics {
             "source_target_rejected",
             "Answers refused for passing a memory limit, by reason: too_large (--max-response-size), series_limit (--max-series-per-target), pod_limit (--max-pods-per-target), pod_budget (--max-pods); the target's earlier values age out",
             self.rejections.clone(),
+        );
+        registry.register(
+            "source_series_over_label_limit",
+            "Series refused for carrying more labels than the adapter keeps for one series (128); the rest of their answer is kept",
+            self.over_labels.clone(),
         );
         registry.register(
             "signal_reads",

@@ -21,7 +21,7 @@
 //! 1,250, at the cost of at most [`COALESCE`] of extra latency. An answer after a quiet
 //! spell is published at once.
 
-use super::derive::{Series, pod_values};
+use super::derive::{Decoded, pod_values};
 use super::limits::{Limits, Rejection};
 use crate::error::Error;
 use crate::fleet::{Fleet, Observed, PodKey, PodValues};
@@ -42,21 +42,24 @@ pub const COALESCE: Duration = Duration::from_millis(200);
 pub const MIN_GAP: Duration = Duration::from_millis(100);
 
 /// Turns a scrape body into series, refusing more than `max_series`.
-pub type Decoder =
-    fn(content_type: &str, body: &[u8], max_series: usize) -> Result<Vec<Series>, Error>;
+pub type Decoder = fn(content_type: &str, body: &[u8], max_series: usize) -> Result<Decoded, Error>;
+
+/// One target's answer read: its pods' values, and how many of its series were refused
+/// for passing [`super::limits::MAX_LABELS_PER_SERIES`].
+pub type TargetValues = (HashMap<PodKey, PodValues>, u64);
 
 /// Turns one target's answer into per-pod values, refusing more than `max_series`
 /// series: the exporters' reader is a [`Decoder`] then [`pod_values`]; the serving
 /// engines' knows each target's pod and keeps counters across
 /// answers for rates. Run on the blocking pool, one answer at a time.
-pub type Reader = Arc<
-    dyn Fn(&str, &str, &[u8], usize) -> Result<HashMap<PodKey, PodValues>, Error> + Send + Sync,
->;
+pub type Reader =
+    Arc<dyn Fn(&str, &str, &[u8], usize) -> Result<TargetValues, Error> + Send + Sync>;
 
 /// The exporters' reader: `decode`'s series, then each pod's GPU values.
 pub fn exporter_reader(decode: Decoder) -> Reader {
     Arc::new(move |_target, content_type, body, max_series| {
-        decode(content_type, body, max_series).map(|series| pod_values(&series))
+        decode(content_type, body, max_series)
+            .map(|decoded| (pod_values(&decoded.series), decoded.over_labels))
     })
 }
 
@@ -200,9 +203,11 @@ async fn fetch(
         opts.limits.max_pods_per_target,
     );
     let target = url.to_string();
-    let pods = tokio::task::spawn_blocking(move || read(&target, &content_type, &body, max_series))
-        .await
-        .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
+    let (pods, over_labels) =
+        tokio::task::spawn_blocking(move || read(&target, &content_type, &body, max_series))
+            .await
+            .map_err(|e| Error::Scrape(format!("decoding failed: {e}")))??;
+    opts.metrics.series_over_labels(over_labels);
     if pods.len() > max_pods {
         return Err(Error::OverLimit {
             reason: Rejection::PodLimit,
@@ -445,7 +450,9 @@ fn publish(
     targets: usize,
     last_answer: Option<Instant>,
 ) {
-    let mut pods = HashMap::new();
+    // Sized at once: a map doubling its way up to 100,000 pods leaves the sizes it
+    // passed through to the allocator, at every publication.
+    let mut pods = HashMap::with_capacity(per_target.values().map(|(v, _, _)| v.len()).sum());
     for (values, at, seen) in per_target.values() {
         for (pod, v) in values {
             pods.insert(
@@ -474,6 +481,7 @@ fn publish(
 mod tests {
     use super::*;
     use crate::fleet::GpuMetric;
+    use crate::source::derive::Series;
     use axum::extract::{RawQuery, State};
     use axum::http::StatusCode;
     use axum::response::{IntoResponse, Response};
@@ -531,15 +539,19 @@ mod tests {
     }
 
     /// The body is the utilisation of GPU-0, held by pod ml/a.
-    fn decode(_: &str, body: &[u8], _: usize) -> Result<Vec<Series>, Error> {
+    fn decode(_: &str, body: &[u8], _: usize) -> Result<Decoded, Error> {
         let value = std::str::from_utf8(body).unwrap().parse().unwrap();
-        Ok(vec![Series {
+        let series = vec![Series {
             name: "DCGM_FI_DEV_GPU_UTIL".into(),
             labels: [("UUID", "GPU-0"), ("namespace", "ml"), ("pod", "a")]
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .into(),
             value,
-        }])
+        }];
+        Ok(Decoded {
+            series,
+            over_labels: 0,
+        })
     }
 
     /// An exporter answering as `ex` says, followed by the real loop at `interval`.

@@ -17,6 +17,7 @@
 
 use super::http_client::{self, Client};
 use super::limits::Limits;
+use super::prometheus::Endpoint;
 use crate::error::Error;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -159,41 +160,26 @@ fn parse_labels(text: &str) -> Result<(Labels, &str), String> {
     }
 }
 
-/// The sum of `family`'s samples carrying every one of `labels` in a text exposition;
+/// The sum of `family`'s samples carrying every one of `labels` in a text exposition,
+/// read by the serving engines' text decoder (its bounds: at most `max_series`
+/// samples of the family, [`super::limits::MAX_LABELS_PER_SERIES`] labels a sample);
 /// `None` when there is none.
-pub fn sum_series(body: &str, family: &str, labels: &[(String, String)]) -> Option<f64> {
+pub fn sum_series(
+    body: &[u8],
+    family: &str,
+    labels: &[(String, String)],
+    max_series: usize,
+) -> Result<Option<f64>, Error> {
+    let keep = |name: &str| labels.iter().any(|(k, _)| k == name);
+    let decoded = super::serving::text::parse(body, max_series, |n| n == family, keep)?;
     let mut sum = None;
-    for line in body.lines() {
-        let line = line.trim_start();
-        if line.starts_with('#') || !line.starts_with(family) {
+    for s in decoded.series {
+        if !labels.iter().all(|l| s.labels.contains(l)) || !s.value.is_finite() {
             continue;
         }
-        let rest = &line[family.len()..];
-        let (have, rest) = if rest.starts_with('{') {
-            match parse_labels(rest) {
-                Ok(x) => x,
-                Err(_) => continue,
-            }
-        } else if rest.starts_with([' ', '\t']) {
-            (Vec::new(), rest)
-        } else {
-            // Another family sharing the prefix (`queue_total` for `queue`).
-            continue;
-        };
-        if !labels.iter().all(|l| have.contains(l)) {
-            continue;
-        }
-        let Some(value) = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite())
-        else {
-            continue;
-        };
-        *sum.get_or_insert(0.0) += value;
+        *sum.get_or_insert(0.0) += s.value;
     }
-    sum
+    Ok(sum)
 }
 
 /// A signal's last reading.
@@ -221,14 +207,26 @@ pub fn handle() -> SignalsHandle {
 /// How the signal loop reads its sources.
 pub struct SignalOptions {
     pub specs: Vec<SignalSpec>,
-    pub prometheus_url: Option<String>,
+    /// Where `promql:` signals are asked: the adapter's one Prometheus query client.
+    pub prometheus: Option<Endpoint>,
     pub interval: Duration,
     pub timeout: Duration,
     pub limits: Limits,
     pub metrics: super::SourceMetrics,
 }
 
-async fn read_one(client: &Client, opts: &SignalOptions, spec: &SignalSpec) -> Result<f64, Error> {
+/// The clients the signal loop reads with: the text scrapes', and the Prometheus
+/// endpoint's when a signal is a query.
+pub struct Clients {
+    scrape: Client,
+    query: Option<Client>,
+}
+
+async fn read_one(
+    clients: &Clients,
+    opts: &SignalOptions,
+    spec: &SignalSpec,
+) -> Result<f64, Error> {
     match &spec.source {
         SignalSource::Scrape {
             url,
@@ -236,97 +234,38 @@ async fn read_one(client: &Client, opts: &SignalOptions, spec: &SignalSpec) -> R
             labels,
         } => {
             let req = axum::http::Request::get(url).header("accept", "text/plain");
-            let answer = http_client::get(client, req, &opts.limits, opts.timeout).await?;
+            let answer = http_client::get(&clients.scrape, req, &opts.limits, opts.timeout).await?;
             if !answer.status.is_success() {
                 return Err(Error::Scrape(format!("HTTP {}", answer.status)));
             }
-            let body = std::str::from_utf8(&answer.body)
-                .map_err(|_| Error::Decode("the exposition is not UTF-8".into()))?;
-            sum_series(body, family, labels)
+            let max_series = opts.limits.max_series_per_target;
+            sum_series(&answer.body, family, labels, max_series)?
                 .ok_or_else(|| Error::Decode(format!("no {family} series with those labels")))
         }
         SignalSource::Query(q) => {
-            let base = opts.prometheus_url.as_deref().ok_or_else(|| {
-                Error::Config(
+            let (Some(endpoint), Some(client)) = (&opts.prometheus, &clients.query) else {
+                return Err(Error::Config(
                     "promql: signals need --signal-prometheus-url or --prometheus-url".into(),
-                )
-            })?;
-            let url = format!(
-                "{}/api/v1/query?query={}",
-                base.trim_end_matches('/'),
-                percent_encode(q)
-            );
-            let answer = http_client::get(
-                client,
-                axum::http::Request::get(url),
-                &opts.limits,
-                opts.timeout,
-            )
-            .await?;
-            query_value(&answer.body)
-        }
-    }
-}
-
-fn percent_encode(q: &str) -> String {
-    q.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The value of an instant query's answer: a vector's samples summed, or a scalar.
-fn query_value(body: &[u8]) -> Result<f64, Error> {
-    let v: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| Error::Decode(format!("not a Prometheus API answer: {e}")))?;
-    if v["status"] != "success" {
-        return Err(Error::Scrape(format!(
-            "the query failed: {}",
-            v["error"].as_str().unwrap_or("no error given")
-        )));
-    }
-    let number = |s: &serde_json::Value| -> Option<f64> {
-        s[1].as_str()?.parse::<f64>().ok().filter(|x| x.is_finite())
-    };
-    match v["data"]["resultType"].as_str() {
-        Some("scalar") => number(&v["data"]["result"])
-            .ok_or_else(|| Error::Decode("the scalar is not a number".into())),
-        Some("vector") => {
-            let samples = v["data"]["result"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
-            if samples.is_empty() {
-                return Err(Error::Decode(
-                    "the query answered no series (use `or vector(0)` if none means zero)".into(),
                 ));
-            }
-            samples
-                .iter()
-                .map(|s| number(&s["value"]))
-                .sum::<Option<f64>>()
-                .ok_or_else(|| Error::Decode("a sample is not a number".into()))
+            };
+            endpoint.value(client, q, &opts.limits, opts.timeout).await
         }
-        other => Err(Error::Decode(format!(
-            "expected a vector or a scalar, got {other:?}"
-        ))),
     }
 }
 
 /// Read every signal every interval, forever, publishing into `signals` whenever a
 /// reading's value appears, changes or goes away (a reading that only got newer is
 /// updated in place without waking anyone).
-pub async fn run(opts: SignalOptions, client: Client, signals: SignalsHandle) {
+pub async fn run(opts: SignalOptions, clients: Clients, signals: SignalsHandle) {
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing: BTreeMap<(String, String), bool> = BTreeMap::new();
     loop {
         ticker.tick().await;
-        let reads = opts.specs.iter().map(|spec| read_one(&client, &opts, spec));
+        let reads = opts
+            .specs
+            .iter()
+            .map(|spec| read_one(&clients, &opts, spec));
         let results = futures_util::future::join_all(reads).await;
         let (at, seen) = (SystemTime::now(), Instant::now());
         signals.send_if_modified(|s| {
@@ -358,12 +297,14 @@ pub async fn run(opts: SignalOptions, client: Client, signals: SignalsHandle) {
     }
 }
 
-/// A client for the signal sources.
-pub fn client() -> Result<Client, Error> {
-    http_client::client(
+/// The clients for `opts`' sources; fails on an unreadable CA file.
+pub fn clients(opts: &SignalOptions) -> Result<Clients, Error> {
+    let scrape = http_client::client(
         &http_client::TlsOptions::default(),
         Some(Duration::from_secs(30)),
-    )
+    )?;
+    let query = opts.prometheus.as_ref().map(Endpoint::client).transpose()?;
+    Ok(Clients { scrape, query })
 }
 
 #[cfg(test)]
@@ -411,39 +352,31 @@ mod tests {
 
     #[test]
     fn a_series_is_summed_over_matching_samples_only() {
-        let body = "# HELP queue waiting\n# TYPE queue gauge\nqueue{route=\"a\",zone=\"x\"} 3\nqueue{route=\"b\"} 4\nqueue_total 100\nqueue 2 1700000000\n";
-        assert_eq!(sum_series(body, "queue", &[]), Some(9.0));
+        let body = b"# HELP queue waiting\n# TYPE queue gauge\nqueue{route=\"a\",zone=\"x\"} 3\nqueue{route=\"b\"} 4\nqueue_total 100\nqueue 2 1700000000\n";
+        let sum = |family: &str, labels: &[(String, String)]| {
+            sum_series(body, family, labels, 100).unwrap()
+        };
+        assert_eq!(sum("queue", &[]), Some(9.0));
+        assert_eq!(sum("queue", &[("route".into(), "a".into())]), Some(3.0));
         assert_eq!(
-            sum_series(body, "queue", &[("route".into(), "a".into())]),
-            Some(3.0)
-        );
-        assert_eq!(
-            sum_series(body, "queue", &[("route".into(), "c".into())]),
+            sum("queue", &[("route".into(), "c".into())]),
             None,
             "no sample is no value, not 0"
         );
-        assert_eq!(sum_series(body, "queue_total", &[]), Some(100.0));
-    }
-
-    #[test]
-    fn query_answers_are_summed_and_empty_ones_refused() {
-        let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"2.5"]},{"metric":{"a":"b"},"value":[1,"4"]}]}}"#;
-        assert_eq!(query_value(vector).unwrap(), 6.5);
-        let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1,"7"]}}"#;
-        assert_eq!(query_value(scalar).unwrap(), 7.0);
-        let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-        assert!(
-            query_value(empty)
-                .unwrap_err()
-                .to_string()
-                .contains("or vector(0)")
+        assert_eq!(sum("queue_total", &[]), Some(100.0));
+        // The text decoder's bounds: a sample over the label bound is not summed, a
+        // family past the series bound is refused.
+        let wide = format!(
+            "queue{{{}}} 5\nqueue 1\n",
+            (0..=crate::source::limits::MAX_LABELS_PER_SERIES)
+                .map(|i| format!("l{i}=\"v\""))
+                .collect::<Vec<_>>()
+                .join(",")
         );
-        let failed = br#"{"status":"error","error":"parse error"}"#;
-        assert!(
-            query_value(failed)
-                .unwrap_err()
-                .to_string()
-                .contains("parse error")
+        assert_eq!(
+            sum_series(wide.as_bytes(), "queue", &[], 100).unwrap(),
+            Some(1.0)
         );
+        assert!(sum_series(body, "queue", &[], 2).is_err());
     }
 }

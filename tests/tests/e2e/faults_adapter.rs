@@ -31,7 +31,7 @@ const HUGE: usize = 200_000_000;
 type Behaviour = Arc<dyn Fn(&mut TcpStream) + Send + Sync>;
 
 /// A loopback server answering every connection as `behaviour` says; its base URL.
-fn serve(behaviour: Behaviour) -> String {
+pub(crate) fn serve(behaviour: Behaviour) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let address = listener.local_addr().expect("address");
     std::thread::spawn(move || {
@@ -138,7 +138,7 @@ fn down() -> String {
 }
 
 /// A protobuf exposition answer of `body`, with its Content-Length.
-fn protobuf(body: Vec<u8>) -> Behaviour {
+pub(crate) fn protobuf(body: Vec<u8>) -> Behaviour {
     let body = Arc::new(body);
     Arc::new(move |stream: &mut TcpStream| {
         let head = format!(
@@ -203,7 +203,7 @@ fn not_found_message(body: &str) -> String {
 }
 
 /// A kB field of /proc/PID/status, in bytes.
-fn status_bytes(pid: u32, field: &str) -> u64 {
+pub(crate) fn status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
         .lines()
@@ -214,7 +214,7 @@ fn status_bytes(pid: u32, field: &str) -> u64 {
 }
 
 /// A sample of the adapter's own /metrics, 0 when absent.
-fn self_metric(adapter: &Adapter, series: &str) -> f64 {
+pub(crate) fn self_metric(adapter: &Adapter, series: &str) -> f64 {
     let (status, body) = get(&format!("{}/metrics", adapter.base));
     assert_eq!(status, 200, "{body}");
     body.lines()
@@ -229,7 +229,7 @@ fn failures(adapter: &Adapter) -> f64 {
     )
 }
 
-fn rejected(adapter: &Adapter, reason: &str) -> f64 {
+pub(crate) fn rejected(adapter: &Adapter, reason: &str) -> f64 {
     self_metric(
         adapter,
         &format!(r#"gpu_metrics_adapter_source_target_rejected_total{{reason="{reason}"}}"#),

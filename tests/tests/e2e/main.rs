@@ -7,6 +7,7 @@ mod adapter;
 mod adapter_auth;
 mod adapter_composite;
 mod adapter_discovery;
+mod adapter_memory;
 mod adapter_prometheus;
 mod attribution;
 mod cluster;

@@ -19,7 +19,7 @@ pub mod mapping;
 pub mod profiles;
 pub mod text;
 
-use super::scrape::Reader;
+use super::scrape::{Reader, TargetValues};
 use crate::error::Error;
 use crate::fleet::{GpuMetric, PodKey, PodValues};
 use arc_swap::ArcSwap;
@@ -125,7 +125,7 @@ impl ServingReader {
     pub fn into_reader(self) -> Reader {
         let me = Arc::new(self);
         Arc::new(move |target, content_type, body, max_series| {
-            me.read(target, content_type, body, max_series, Instant::now())
+            me.read_counting(target, content_type, body, max_series, Instant::now())
         })
     }
 
@@ -138,6 +138,19 @@ impl ServingReader {
         max_series: usize,
         now: Instant,
     ) -> Result<HashMap<PodKey, PodValues>, Error> {
+        self.read_counting(target, content_type, body, max_series, now)
+            .map(|(pods, _)| pods)
+    }
+
+    /// [`Self::read`], with the number of series refused for their labels.
+    fn read_counting(
+        &self,
+        target: &str,
+        content_type: &str,
+        body: &[u8],
+        max_series: usize,
+        now: Instant,
+    ) -> Result<TargetValues, Error> {
         let pod = self
             .pods
             .load()
@@ -150,7 +163,7 @@ impl ServingReader {
             )));
         }
         let mut engines: Vec<Engine> = Vec::new();
-        let series = text::parse(body, max_series, |name| {
+        let wanted = |name: &str| {
             let engine = Engine::of_family(name);
             if let Some(e) = engine
                 && !engines.contains(&e)
@@ -158,7 +171,17 @@ impl ServingReader {
                 engines.push(e);
             }
             engine.is_some_and(|e| e.wants(name)) || self.mappings.iter().any(|m| m.family == name)
-        })?;
+        };
+        // Only the labels the profiles and the mappings read are kept.
+        let keep = |label: &str| {
+            profiles::LABELS.contains(&label)
+                || self
+                    .mappings
+                    .iter()
+                    .any(|m| m.matchers.iter().any(|x| x.label == label))
+        };
+        let decoded = text::parse(body, max_series, wanted, keep)?;
+        let series = decoded.series;
         let mut signals = match engines.as_slice() {
             [engine] => Some((*engine, engine.signals(&series))),
             [] => None,
@@ -217,7 +240,8 @@ impl ServingReader {
             ));
         }
         previous.insert(target.to_string(), current);
-        Ok(HashMap::from([(pod, PodValues { values, devices: 0 })]))
+        let pods = HashMap::from([(pod, PodValues { values, devices: 0 })]);
+        Ok((pods, decoded.over_labels))
     }
 
     /// Forget targets that left (their rates start over if they come back).

@@ -15,6 +15,9 @@
 
 use super::super::derive::Series;
 
+/// The labels the profiles read: histogram buckets and the sub-series they select.
+pub const LABELS: [&str; 3] = ["le", "kv_cache_block_type", "request_type"];
+
 /// A serving engine the adapter knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Engine {
@@ -265,7 +268,7 @@ mod tests {
 
     fn signals_of(fixture: &str) -> (Engine, Signals) {
         let mut engines = Vec::new();
-        let series = text::parse(fixture.as_bytes(), 10_000, |n| match Engine::of_family(n) {
+        let wanted = |n: &str| match Engine::of_family(n) {
             Some(e) => {
                 if !engines.contains(&e) {
                     engines.push(e);
@@ -273,8 +276,10 @@ mod tests {
                 e.wants(n)
             }
             None => false,
-        })
-        .unwrap();
+        };
+        let series = text::parse(fixture.as_bytes(), 10_000, wanted, |l| LABELS.contains(&l))
+            .unwrap()
+            .series;
         assert_eq!(engines.len(), 1, "one engine recognised: {engines:?}");
         (engines[0], engines[0].signals(&series))
     }

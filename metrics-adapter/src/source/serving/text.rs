@@ -3,8 +3,8 @@
 //! clients offer no protobuf. Only the samples of wanted families are kept; the
 //! others are skipped by name, unparsed.
 
-use super::super::derive::Series;
-use super::super::limits::Rejection;
+use super::super::derive::{Decoded, Series};
+use super::super::limits::{MAX_LABELS_PER_SERIES, Rejection};
 use crate::error::Error;
 
 /// Whether a content type is a text exposition (an empty one is taken as text, as
@@ -14,16 +14,20 @@ pub fn is_text(content_type: &str) -> bool {
     ct.is_empty() || ct.starts_with("text/plain") || ct.starts_with("application/openmetrics-text")
 }
 
-/// The samples of `body` whose names `wanted` accepts, at most `max_series` of them.
-/// Every sample name is offered to `wanted`, so it also sees what is there.
+/// The samples of `body` whose names `wanted` accepts, at most `max_series` of them,
+/// with the labels `keep` names. Every sample name is offered to `wanted`, so it also
+/// sees what is there. A sample with more than [`MAX_LABELS_PER_SERIES`] labels is
+/// refused and counted, the rest kept.
 pub fn parse(
     body: &[u8],
     max_series: usize,
     mut wanted: impl FnMut(&str) -> bool,
-) -> Result<Vec<Series>, Error> {
+    keep: impl Fn(&str) -> bool,
+) -> Result<Decoded, Error> {
     let text = std::str::from_utf8(body)
         .map_err(|e| Error::Decode(format!("the exposition is not UTF-8: {e}")))?;
     let mut out = Vec::new();
+    let mut over_labels = 0;
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -40,7 +44,12 @@ pub fn parse(
         let mut rest = &line[end..];
         let mut labels = Vec::new();
         if let Some(after) = rest.strip_prefix('{') {
-            rest = parse_labels(after, &mut labels).map_err(&bad)?;
+            let count;
+            (rest, count) = parse_labels(after, &mut labels, &keep).map_err(&bad)?;
+            if count > MAX_LABELS_PER_SERIES {
+                over_labels += 1;
+                continue;
+            }
         }
         let value = rest
             .split_ascii_whitespace()
@@ -61,7 +70,10 @@ pub fn parse(
             value,
         });
     }
-    Ok(out)
+    Ok(Decoded {
+        series: out,
+        over_labels,
+    })
 }
 
 /// A sample value: a float, or `+Inf`, `-Inf`, `NaN`.
@@ -74,16 +86,19 @@ fn parse_value(text: &str) -> Option<f64> {
     }
 }
 
-/// `name="value",…}` after the opening brace: the pairs into `labels`, and what follows
-/// the closing brace.
+/// `name="value",…}` after the opening brace: the pairs `keep` names into `labels`
+/// (none past [`MAX_LABELS_PER_SERIES`]), what follows the closing brace, and how many
+/// pairs there were.
 fn parse_labels<'a>(
     mut rest: &'a str,
     labels: &mut Vec<(String, String)>,
-) -> Result<&'a str, &'static str> {
+    keep: impl Fn(&str) -> bool,
+) -> Result<(&'a str, usize), &'static str> {
+    let mut count = 0;
     loop {
         rest = rest.trim_start();
         if let Some(after) = rest.strip_prefix('}') {
-            return Ok(after);
+            return Ok((after, count));
         }
         let eq = rest.find('=').ok_or("a label without a value")?;
         let name = rest[..eq].trim();
@@ -94,21 +109,30 @@ fn parse_labels<'a>(
             .trim_start()
             .strip_prefix('"')
             .ok_or("a label value not in quotes")?;
+        count += 1;
+        let kept = count <= MAX_LABELS_PER_SERIES && keep(name);
         let mut value = String::new();
+        let mut push = |c: char| {
+            if kept {
+                value.push(c)
+            }
+        };
         let mut chars = rest.char_indices();
         let close = loop {
             match chars.next() {
                 Some((i, '"')) => break i,
                 Some((_, '\\')) => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
+                    Some((_, 'n')) => push('\n'),
+                    Some((_, c)) => push(c),
                     None => return Err("an unterminated label value"),
                 },
-                Some((_, c)) => value.push(c),
+                Some((_, c)) => push(c),
                 None => return Err("an unterminated label value"),
             }
         };
-        labels.push((name.to_string(), value));
+        if kept {
+            labels.push((name.to_string(), value));
+        }
         rest = rest[close + 1..].trim_start();
         if let Some(after) = rest.strip_prefix(',') {
             rest = after;
@@ -133,11 +157,17 @@ vllm:x NaN
 vllm:y -Inf
 "#;
         let mut seen = Vec::new();
-        let series = parse(body, 10, |n| {
-            seen.push(n.to_string());
-            n.starts_with("vllm:")
-        })
-        .unwrap();
+        let series = parse(
+            body,
+            10,
+            |n| {
+                seen.push(n.to_string());
+                n.starts_with("vllm:")
+            },
+            |_| true,
+        )
+        .unwrap()
+        .series;
         assert_eq!(seen.len(), 5, "every sample's name is offered");
         assert_eq!(series.len(), 4);
         assert_eq!(series[0].label("model_name"), Some("a \"b\" \\c\nd"));
@@ -170,7 +200,7 @@ vllm:y -Inf
             (b"vllm:a{x} 1", "line 1: a label without a value"),
             (b"\xff", "the exposition is not UTF-8"),
         ] {
-            let e = parse(bad, 10, |_| true)
+            let e = parse(bad, 10, |_| true, |_| true)
                 .map(|s| s.len())
                 .expect_err(&String::from_utf8_lossy(bad));
             assert!(
@@ -181,18 +211,45 @@ vllm:y -Inf
         }
         // A malformed line of an unwanted family is skipped, not refused.
         assert_eq!(
-            parse(b"other{x=1} 2\nvllm:a 1", 10, |n| n == "vllm:a")
+            parse(b"other{x=1} 2\nvllm:a 1", 10, |n| n == "vllm:a", |_| true)
                 .unwrap()
+                .series
                 .len(),
             1
         );
         let many = "vllm:a 1\n".repeat(11);
         assert!(matches!(
-            parse(many.as_bytes(), 10, |_| true),
+            parse(many.as_bytes(), 10, |_| true, |_| true),
             Err(Error::OverLimit {
                 reason: Rejection::SeriesLimit,
                 ..
             })
         ));
+    }
+
+    /// A sample with more labels than the bound is refused and counted, the others
+    /// kept; only the labels asked for are copied out.
+    #[test]
+    fn a_sample_over_the_label_bound_is_refused_and_only_kept_labels_copied() {
+        let labels = |n: usize| {
+            (0..n)
+                .map(|i| format!("l{i}=\"v\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let body = format!(
+            "vllm:a{{{}}} 1\nvllm:a{{le=\"1\",{}}} 2\nvllm:a{{le=\"2\"}} 3\n",
+            labels(MAX_LABELS_PER_SERIES + 1),
+            labels(MAX_LABELS_PER_SERIES - 1)
+        );
+        let decoded = parse(body.as_bytes(), 10, |_| true, |l| l == "le").unwrap();
+        assert_eq!(decoded.over_labels, 1);
+        let got: Vec<(&[(String, String)], f64)> = decoded
+            .series
+            .iter()
+            .map(|s| (s.labels.as_slice(), s.value))
+            .collect();
+        let le = |v: &str| vec![("le".to_string(), v.to_string())];
+        assert_eq!(got, [(&le("1")[..], 2.0), (&le("2")[..], 3.0)]);
     }
 }
