@@ -187,9 +187,13 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
         }
         return Ok(0.0);
     }
-    let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
-    // Not empty: checked above.
-    Ok(t.aggregation.apply(&values).unwrap_or(0.0))
+    // Not empty (checked above): no value only when the values overflow together.
+    a.combined(t.aggregation)
+        .map(|(v, _)| v)
+        .ok_or(Error::NotFinite {
+            pods: a.values.len(),
+            metric: t.metric.name(),
+        })
 }
 
 #[cfg(test)]

@@ -327,7 +327,11 @@ pub async fn run(opts: SignalOptions, client: Client, signals: SignalsHandle) {
     loop {
         ticker.tick().await;
         let reads = opts.specs.iter().map(|spec| read_one(&client, &opts, spec));
-        let results = futures_util::future::join_all(reads).await;
+        let results: Vec<Result<f64, Error>> = futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .map(|r| r.and_then(finite))
+            .collect();
         let (at, seen) = (SystemTime::now(), Instant::now());
         signals.send_if_modified(|s| {
             let mut changed = false;
@@ -355,6 +359,18 @@ pub async fn run(opts: SignalOptions, client: Client, signals: SignalsHandle) {
             }
             changed
         });
+    }
+}
+
+/// A reading that is a finite number; a sum of finite samples that overflows (two
+/// at 1e308) is a failed read, so the signal has no value, never ±Inf.
+fn finite(value: f64) -> Result<f64, Error> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(Error::Decode(format!(
+            "the samples sum to {value}, not a finite number"
+        )))
     }
 }
 
@@ -423,6 +439,19 @@ mod tests {
             "no sample is no value, not 0"
         );
         assert_eq!(sum_series(body, "queue_total", &[]), Some(100.0));
+    }
+
+    /// Issue 27: two samples at 1e308 overflow their sum; the read fails rather than
+    /// keep +Inf.
+    #[test]
+    fn a_sum_that_overflows_is_a_failed_read() {
+        let body = "queue{a=\"1\"} 1e308\nqueue{a=\"2\"} 1e308\n";
+        let sum = sum_series(body, "queue", &[]);
+        assert!(finite(sum.unwrap()).is_err(), "{sum:?}");
+        let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"1e308"]},{"metric":{"a":"b"},"value":[1,"1e308"]}]}}"#;
+        let e = query_value(vector).and_then(finite).unwrap_err();
+        assert!(e.to_string().contains("not a finite number"), "{e}");
+        assert_eq!(finite(-3.5).unwrap(), -3.5);
     }
 
     #[test]
