@@ -11,7 +11,7 @@
 //! A workload's composite is its pods' composite values aggregated like any metric's.
 
 use super::aggregate::{Aggregation, split_suffix};
-use super::expr::{EvalError, Expr};
+use super::expr::{EvalError, Expr, quoted};
 use super::{Answer, PodValue, Scope};
 use crate::error::Error;
 use crate::fleet::GpuMetric;
@@ -127,6 +127,78 @@ impl Definition {
     }
 }
 
+/// A definition that passed every check.
+struct Checked {
+    name: String,
+    text: String,
+    expr: Expr,
+    inputs: Vec<GpuMetric>,
+}
+
+/// Every definition checked in order (each against the ones before it and the
+/// `signals`' names); the first error names its definition and where in it.
+fn checked(composites: &[Definition], signals: &[&str]) -> Result<Vec<Checked>, Error> {
+    let mut out: Vec<Checked> = Vec::new();
+    for definition in composites {
+        let bad = |why: String| definition.error(None, &why);
+        let (name, text) = definition
+            .text
+            .split_once('=')
+            .ok_or_else(|| bad("expected NAME=EXPRESSION".into()))?;
+        // Where the expression starts in the definition, for positions.
+        let offset = definition.text.len() - text.trim_start().len();
+        let (name, text) = (name.trim(), text.trim());
+        let earlier = |n: &str| out.iter().any(|c| c.name == n);
+        if !valid_name(name) {
+            return Err(bad(format!(
+                "the name {} must be lower case letters, digits and _, starting with a letter or _",
+                quoted(name)
+            )));
+        }
+        if input_metric(name).is_some() || earlier(name) {
+            return Err(bad(format!("the name {} is already taken", quoted(name))));
+        }
+        if signals.contains(&name) {
+            return Err(bad(format!(
+                "the name {} is already a --signal",
+                quoted(name)
+            )));
+        }
+        let expr =
+            Expr::parse(text).map_err(|e| definition.error(Some(offset + e.at), &e.message))?;
+        let mut inputs = Vec::new();
+        for input in expr.inputs() {
+            match input_metric(input) {
+                Some(m) => inputs.push(m),
+                None => {
+                    let why = if earlier(input) {
+                        "is a composite: composites read per-pod metrics only".to_string()
+                    } else if signals.contains(&input) {
+                        "is a signal without pods: composites read per-pod metrics only".to_string()
+                    } else {
+                        format!(
+                            "is not a per-pod metric (known: {})",
+                            input_names().join(", ")
+                        )
+                    };
+                    return Err(bad(format!("{} {why}", quoted(input))));
+                }
+            }
+        }
+        if inputs.is_empty() {
+            return Err(bad("reads no metric: a constant is no signal".into()));
+        }
+        let checked = Checked {
+            name: name.to_string(),
+            text: text.to_string(),
+            expr,
+            inputs,
+        };
+        out.push(checked);
+    }
+    Ok(out)
+}
+
 /// The composite metrics file's size limit: a thousand definitions of a long line.
 pub const FILE_LIMIT: u64 = kube_support::config_file::DEFAULT_LIMIT;
 
@@ -148,59 +220,15 @@ impl Catalog {
                 )));
             }
         }
-        for definition in composites {
-            let bad = |why: String| definition.error(None, &why);
-            let (name, text) = definition
-                .text
-                .split_once('=')
-                .ok_or_else(|| bad("expected NAME=EXPRESSION".into()))?;
-            // Where the expression starts in the definition, for positions.
-            let offset = definition.text.len() - text.trim_start().len();
-            let (name, text) = (name.trim(), text.trim());
-            if !valid_name(name) {
-                return Err(bad(format!(
-                    "the name {name:?} must be lower case letters, digits and _, starting with a letter or _"
-                )));
-            }
-            if input_metric(name).is_some() || catalog.composites.contains_key(name) {
-                return Err(bad(format!("the name {name:?} is already taken")));
-            }
-            if catalog.signal_names().contains(&name) {
-                return Err(bad(format!("the name {name:?} is already a --signal")));
-            }
-            let expr =
-                Expr::parse(text).map_err(|e| definition.error(Some(offset + e.at), &e.message))?;
-            let mut inputs = Vec::new();
-            for input in expr.inputs() {
-                match input_metric(input) {
-                    Some(m) => inputs.push(m),
-                    None => {
-                        let why = if catalog.composites.contains_key(input) {
-                            "is a composite: composites read per-pod metrics only".to_string()
-                        } else if catalog.signal_names().contains(&input) {
-                            "is a signal without pods: composites read per-pod metrics only"
-                                .to_string()
-                        } else {
-                            format!(
-                                "is not a per-pod metric (known: {})",
-                                input_names().join(", ")
-                            )
-                        };
-                        return Err(bad(format!("{input:?} {why}")));
-                    }
-                }
-            }
-            if inputs.is_empty() {
-                return Err(bad("reads no metric: a constant is no signal".into()));
-            }
-            let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+        for c in checked(composites, &catalog.signal_names())? {
+            let leaked: &'static str = Box::leak(c.name.into_boxed_str());
             catalog.composites.insert(
                 leaked,
                 Arc::new(Composite {
                     name: leaked,
-                    expr,
-                    text: text.to_string(),
-                    inputs,
+                    expr: c.expr,
+                    text: c.text,
+                    inputs: c.inputs,
                 }),
             );
         }
@@ -215,6 +243,16 @@ impl Catalog {
             Error::Config(format!("--composite-metrics-file {}: {e}", path.display()))
         })?;
         Ok(Catalog::parse_file(&path.display().to_string(), &text))
+    }
+
+    /// Every definition checked as [`Catalog::new`] checks it (no signals), without
+    /// building a catalog (whose names live as long as the process): each composite's
+    /// name and expression (the fuzz target's entry).
+    pub fn validate(composites: &[Definition]) -> Result<Vec<(String, Expr)>, Error> {
+        Ok(checked(composites, &[])?
+            .into_iter()
+            .map(|c| (c.name, c.expr))
+            .collect())
     }
 
     /// The definitions in a composite metrics file's `text`, read from `path`.

@@ -23,6 +23,16 @@
 
 use std::fmt;
 
+/// `text` quoted for an error message, its first 40 characters only: a name or a
+/// number in a hostile definition may be a megabyte long.
+pub fn quoted(text: &str) -> String {
+    const SHOWN: usize = 40;
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{:?}…", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
 /// A parsed expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -187,7 +197,10 @@ impl Parser<'_> {
                     other => {
                         return Err(ParseError {
                             at,
-                            message: format!("unknown function {other:?} (known: min, max)"),
+                            message: format!(
+                                "unknown function {} (known: min, max)",
+                                quoted(other)
+                            ),
                         });
                     }
                 };
@@ -233,7 +246,7 @@ impl Parser<'_> {
                 self.pos = end;
                 Ok(Expr::Number(v))
             }
-            _ => self.error(format!("{text:?} is not a number")),
+            _ => self.error(format!("{} is not a number", quoted(text))),
         }
     }
 }
