@@ -139,6 +139,7 @@ struct Checked {
 /// `signals`' names); the first error names its definition and where in it.
 fn checked(composites: &[Definition], signals: &[&str]) -> Result<Vec<Checked>, Error> {
     let mut out: Vec<Checked> = Vec::new();
+    let mut names: BTreeSet<String> = BTreeSet::new();
     for definition in composites {
         let bad = |why: String| definition.error(None, &why);
         let (name, text) = definition
@@ -148,7 +149,7 @@ fn checked(composites: &[Definition], signals: &[&str]) -> Result<Vec<Checked>, 
         // Where the expression starts in the definition, for positions.
         let offset = definition.text.len() - text.trim_start().len();
         let (name, text) = (name.trim(), text.trim());
-        let earlier = |n: &str| out.iter().any(|c| c.name == n);
+        let earlier = |n: &str| names.contains(n);
         if !valid_name(name) {
             return Err(bad(format!(
                 "the name {} must be lower case letters, digits and _, starting with a letter or _",
@@ -188,6 +189,7 @@ fn checked(composites: &[Definition], signals: &[&str]) -> Result<Vec<Checked>, 
         if inputs.is_empty() {
             return Err(bad("reads no metric: a constant is no signal".into()));
         }
+        names.insert(name.to_string());
         let checked = Checked {
             name: name.to_string(),
             text: text.to_string(),
