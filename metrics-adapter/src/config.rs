@@ -399,10 +399,10 @@ impl Cli {
 
     /// The composite metrics and signals the flags declare; an error names the bad one.
     pub fn catalog(&self) -> Result<crate::query::composite::Catalog, Error> {
-        let mut composites: Vec<(String, String)> = self
+        let mut composites: Vec<crate::query::composite::Definition> = self
             .composite_metrics
             .iter()
-            .map(|d| ("--composite-metric".to_string(), d.clone()))
+            .map(crate::query::composite::Definition::flag)
             .collect();
         if let Some(path) = &self.composite_metrics_file {
             composites.extend(crate::query::composite::Catalog::read_file(path)?);

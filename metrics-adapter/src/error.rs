@@ -58,6 +58,10 @@ pub enum Error {
     /// The pods exist but no exporter has reported them: never seen is not zero.
     #[error("none of the {pods} pods has {metric} data yet: no exporter has reported them")]
     NeverSeen { pods: usize, metric: &'static str },
+    /// The pods' values do not combine into a finite number (their sum overflows):
+    /// no value, as with missing data, never ±Inf.
+    #[error("the {pods} pods' {metric} values do not combine into a finite number")]
+    NotFinite { pods: usize, metric: &'static str },
 }
 
 impl Error {
@@ -69,6 +73,7 @@ impl Error {
             Error::PodsUnknown
             | Error::Stale { .. }
             | Error::NeverSeen { .. }
+            | Error::NotFinite { .. }
             | Error::Scrape(_)
             | Error::OverLimit { .. }
             | Error::Decode(_) => Reason::ServiceUnavailable,

@@ -315,7 +315,9 @@ fn start_serving(
         runtime: tokio::runtime::Handle::current(),
         metrics: opts.metrics.clone(),
     }));
-    let reader = ServingReader::new(pods.clone(), mappings, names).with_info(Arc::new(info));
+    let reader = ServingReader::new(pods.clone(), mappings, names)
+        .with_info(Arc::new(info))
+        .with_metrics(opts.metrics.clone());
     tokio::spawn(scrape::run_with(
         opts,
         client,

@@ -248,6 +248,14 @@ fn answer(s: &AppState, ns: &str, scope: &Scope<'_>, metric: &Metric) -> Result<
 }
 
 fn no_data(metric: &str, what: &str, a: &Answer) -> ApiError {
+    if !a.values.is_empty() {
+        // Fresh values whose combination is not a finite number (a sum that
+        // overflows): no value, answered like missing data.
+        return ApiError::not_found(format!(
+            "no {metric} for {what}: the values of its {} pods combine into a number that is not finite or too large for a quantity",
+            a.values.len()
+        ));
+    }
     ApiError::not_found(format!(
         "no fresh {} for {what} ({} pods with stale data, {} without data)",
         metric, a.stale, a.missing
@@ -380,19 +388,18 @@ fn object_value(
     // Our metrics carry no labels: a metric selector either matches the empty set or
     // nothing.
     let no_labels: [(&str, &str); 0] = [];
-    let (mean, at) = a
-        .mean()
-        .filter(|_| metric_sel.matches(&no_labels[..]))
+    if !metric_sel.matches(&no_labels[..]) {
+        let none = Answer {
+            values: Vec::new(),
+            ..a.clone()
+        };
+        return Err(no_data(name, what, &none));
+    }
+    let (value, at) = a
+        .combined(aggregation.unwrap_or(Aggregation::Average))
         .ok_or_else(|| no_data(name, what, a))?;
-    let value = match aggregation {
-        None => mean,
-        Some(agg) => {
-            let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
-            agg.apply(&values).unwrap_or(mean)
-        }
-    };
     let item = metric_value(v2, object, name, metric_sel, value, at, s.window_seconds)
-        .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
+        .ok_or_else(|| no_data(name, what, a))?;
     Ok(value_list(v2, vec![item]))
 }
 
@@ -445,45 +452,51 @@ async fn external(
             "items": items,
         }))
     };
-    let one = |value: f64, at, labels: Value| -> Result<Value, ApiError> {
-        let value = format_quantity(value)
-            .ok_or_else(|| ApiError::internal("value is not a finite number"))?;
-        Ok(json!({"metricName": metric, "metricLabels": labels,
+    // None when the value is too large for a quantity (values are finite here).
+    let one = |value: f64, at, labels: Value| -> Option<Value> {
+        let value = format_quantity(value)?;
+        Some(json!({"metricName": metric, "metricLabels": labels,
             "timestamp": rfc3339_seconds(at), "window": s.window_seconds, "value": value}))
     };
     if let Metric::Signal(name) = gm {
         // One value for the namespace, whatever the selector: it has no pods.
         let (value, at) =
             signal_value(&s.signals.borrow(), &ns, name, Instant::now(), s.staleness)?;
-        return Ok(list(vec![one(value, at, json!({}))?]));
+        let item = one(value, at, json!({})).ok_or_else(|| {
+            ApiError::not_found(format!(
+                "signal {name} has no value a quantity can hold ({value:e})"
+            ))
+        })?;
+        return Ok(list(vec![item]));
     }
     let a = answer(&s, &ns, &Scope::Selected(&label_sel), &gm)?;
     let what = || format!("pods matching {label_sel} in {ns}");
     if let Some(agg) = aggregation {
         // One item, the pods' values combined: with `target.type: Value`, the HPA
         // compares it to the target as it is.
-        let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
-        let value = agg
-            .apply(&values)
+        let item = a
+            .combined(agg)
+            .and_then(|(value, at)| one(value, at, json!({})))
             .ok_or_else(|| no_data(&metric, &what(), &a))?;
-        let oldest = a.values.iter().map(|v| v.at).min();
-        let at = oldest.ok_or_else(|| no_data(&metric, &what(), &a))?;
-        return Ok(list(vec![one(value, at, json!({}))?]));
+        return Ok(list(vec![item]));
     }
     if let Metric::Gpu(m) = &gm
         && m.external_sum()
     {
         // Serving signals: one item, the sum over the selected pods (a workload's pods
         // by their labels, or the whole namespace without a selector).
-        let (sum, at) = a.sum().ok_or_else(|| no_data(&metric, &what(), &a))?;
-        return Ok(list(vec![one(sum, at, json!({}))?]));
+        let item = a
+            .sum()
+            .and_then(|(sum, at)| one(sum, at, json!({})))
+            .ok_or_else(|| no_data(&metric, &what(), &a))?;
+        return Ok(list(vec![item]));
     }
     // One item per pod: an HPA sums the items, so `AverageValue` divides that sum by
     // the replicas and keeps "average per pod at T".
     let items: Vec<Value> = a
         .values
         .iter()
-        .filter_map(|p| one(p.value, p.at, json!({"pod": p.pod})).ok())
+        .filter_map(|p| one(p.value, p.at, json!({"pod": p.pod})))
         .collect();
     if items.is_empty() {
         return Err(no_data(&metric, &what(), &a));

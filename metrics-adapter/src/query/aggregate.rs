@@ -42,14 +42,27 @@ impl Aggregation {
         })
     }
 
-    /// The values combined; `None` when there are none.
+    /// The values combined; `None` when there are none, or when the result is not a
+    /// finite number: finite values whose sum overflows have no sum, like missing
+    /// data, never ±Inf. The mean and percentiles of finite values are always finite
+    /// (computed so that no step overflows); so are max and min.
     pub fn apply(self, values: &[f64]) -> Option<f64> {
         if values.is_empty() {
             return None;
         }
-        Some(match self {
+        let v = match self {
             Aggregation::Sum => values.iter().sum(),
-            Aggregation::Average => values.iter().sum::<f64>() / values.len() as f64,
+            // Each value divided first: the sum of n values near f64::MAX overflows,
+            // their mean does not.
+            Aggregation::Average => {
+                let n = values.len() as f64;
+                let sum: f64 = values.iter().sum();
+                if sum.is_finite() {
+                    sum / n
+                } else {
+                    values.iter().map(|v| v / n).sum()
+                }
+            }
             Aggregation::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             Aggregation::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
             Aggregation::Quantile(q) => {
@@ -57,9 +70,17 @@ impl Aggregation {
                 sorted.sort_by(f64::total_cmp);
                 let rank = (sorted.len() - 1) as f64 * q;
                 let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-                sorted[lo] + (rank - lo as f64) * (sorted[hi] - sorted[lo])
+                let (a, b, frac) = (sorted[lo], sorted[hi], rank - lo as f64);
+                let gap = b - a;
+                if gap.is_finite() {
+                    a + frac * gap
+                } else {
+                    // -1e308 to 1e308: the gap overflows, the weighted mean does not.
+                    a * (1.0 - frac) + b * frac
+                }
             }
-        })
+        };
+        v.is_finite().then_some(v)
     }
 }
 
@@ -153,6 +174,41 @@ mod tests {
             .apply(&[4.0, 1.0, 3.0, 2.0]);
         assert!((got.unwrap() - 3.85).abs() < 1e-12, "{got:?}");
         assert_eq!(Aggregation::Sum.apply(&[]), None);
+    }
+
+    /// Issue 27: values near f64::MAX. A sum that overflows has no value; the mean
+    /// and every percentile stay finite and between the extremes; non-finite results
+    /// are never answered.
+    #[test]
+    fn finite_values_never_combine_into_an_infinity_or_nan() {
+        let big = [1e308, 1e308, -1e308, 5.0];
+        assert_eq!(Aggregation::Sum.apply(&[1e308, 1e308]), None);
+        assert_eq!(Aggregation::Sum.apply(&[-1e308, -1e308]), None);
+        // A partial sum that overflows is no value either, though a later term would
+        // bring it back.
+        assert_eq!(Aggregation::Sum.apply(&big[..3]), None);
+        assert_eq!(Aggregation::Sum.apply(&[1e308, -1e308, 5.0]), Some(5.0));
+        let mean = Aggregation::Average.apply(&[1e308, 1e308]).unwrap();
+        assert_eq!(mean, 1e308);
+        let mean = Aggregation::Average.apply(&big).unwrap();
+        // (1e308 + 1e308 - 1e308 + 5) / 4, computed exactly by the oracle in parts.
+        assert!((mean - 1e308 / 4.0).abs() <= 1e292, "{mean}");
+        for p in ["p0", "p10", "p50", "p95", "p99.9", "p100"] {
+            let a = Aggregation::parse(p).unwrap();
+            let v = a.apply(&big).unwrap_or_else(|| panic!("{p}: no value"));
+            assert!((-1e308..=1e308).contains(&v), "{p}: {v}");
+        }
+        // p50 of [-1e308, 5, 1e308, 1e308]: rank 1.5, half-way between 5 and 1e308.
+        let p50 = Aggregation::parse("p50").unwrap().apply(&big).unwrap();
+        assert_eq!(p50, 5.0 * 0.5 + 1e308 * 0.5);
+        // p25 of [-1e308, 1e308]: the gap overflows, the weighted mean is 0.5e308 below.
+        let p25 = Aggregation::parse("p25")
+            .unwrap()
+            .apply(&[1e308, -1e308])
+            .unwrap();
+        assert_eq!(p25, -1e308 * 0.75 + 1e308 * 0.25);
+        assert_eq!(Aggregation::Max.apply(&big), Some(1e308));
+        assert_eq!(Aggregation::Min.apply(&big), Some(-1e308));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! A workload's composite is its pods' composite values aggregated like any metric's.
 
 use super::aggregate::{Aggregation, split_suffix};
-use super::expr::{EvalError, Expr};
+use super::expr::{EvalError, Expr, quoted};
 use super::{Answer, PodValue, Scope};
 use crate::error::Error;
 use crate::fleet::GpuMetric;
@@ -79,14 +79,135 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
+/// Where a composite definition came from, for errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A `--composite-metric` flag.
+    Flag,
+    /// A line of `--composite-metrics-file` (1-based).
+    File { path: String, line: usize },
+}
+
+/// One composite definition, `NAME = EXPRESSION`, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Definition {
+    pub origin: Origin,
+    pub text: String,
+}
+
+impl Definition {
+    /// A `--composite-metric` flag's value.
+    pub fn flag(text: impl Into<String>) -> Definition {
+        Definition {
+            origin: Origin::Flag,
+            text: text.into(),
+        }
+    }
+
+    /// An error about the definition: the flag or file line, and `at` (a byte offset
+    /// into the definition) as a column where it is known.
+    fn error(&self, at: Option<usize>, why: &str) -> Error {
+        // The definition as written, shortened: a hostile line may be a megabyte.
+        const SHOWN: usize = 80;
+        let shown = match self.text.char_indices().nth(SHOWN) {
+            Some((cut, _)) => format!("{:?}…", &self.text[..cut]),
+            None => format!("{:?}", self.text),
+        };
+        let column = at.map(|at| self.text[..at.min(self.text.len())].chars().count() + 1);
+        Error::Config(match (&self.origin, column) {
+            (Origin::Flag, None) => format!("--composite-metric: {shown}: {why}"),
+            (Origin::Flag, Some(c)) => {
+                format!("--composite-metric: {shown}: at character {c}: {why}")
+            }
+            (Origin::File { path, line }, None) => format!("{path}:{line}: {shown}: {why}"),
+            (Origin::File { path, line }, Some(c)) => {
+                format!("{path}:{line}:{c}: {shown}: {why}")
+            }
+        })
+    }
+}
+
+/// A definition that passed every check.
+struct Checked {
+    name: String,
+    text: String,
+    expr: Expr,
+    inputs: Vec<GpuMetric>,
+}
+
+/// Every definition checked in order (each against the ones before it and the
+/// `signals`' names); the first error names its definition and where in it.
+fn checked(composites: &[Definition], signals: &[&str]) -> Result<Vec<Checked>, Error> {
+    let mut out: Vec<Checked> = Vec::new();
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for definition in composites {
+        let bad = |why: String| definition.error(None, &why);
+        let (name, text) = definition
+            .text
+            .split_once('=')
+            .ok_or_else(|| bad("expected NAME=EXPRESSION".into()))?;
+        // Where the expression starts in the definition, for positions.
+        let offset = definition.text.len() - text.trim_start().len();
+        let (name, text) = (name.trim(), text.trim());
+        let earlier = |n: &str| names.contains(n);
+        if !valid_name(name) {
+            return Err(bad(format!(
+                "the name {} must be lower case letters, digits and _, starting with a letter or _",
+                quoted(name)
+            )));
+        }
+        if input_metric(name).is_some() || earlier(name) {
+            return Err(bad(format!("the name {} is already taken", quoted(name))));
+        }
+        if signals.contains(&name) {
+            return Err(bad(format!(
+                "the name {} is already a --signal",
+                quoted(name)
+            )));
+        }
+        let expr =
+            Expr::parse(text).map_err(|e| definition.error(Some(offset + e.at), &e.message))?;
+        let mut inputs = Vec::new();
+        for input in expr.inputs() {
+            match input_metric(input) {
+                Some(m) => inputs.push(m),
+                None => {
+                    let why = if earlier(input) {
+                        "is a composite: composites read per-pod metrics only".to_string()
+                    } else if signals.contains(&input) {
+                        "is a signal without pods: composites read per-pod metrics only".to_string()
+                    } else {
+                        format!(
+                            "is not a per-pod metric (known: {})",
+                            input_names().join(", ")
+                        )
+                    };
+                    return Err(bad(format!("{} {why}", quoted(input))));
+                }
+            }
+        }
+        if inputs.is_empty() {
+            return Err(bad("reads no metric: a constant is no signal".into()));
+        }
+        names.insert(name.to_string());
+        let checked = Checked {
+            name: name.to_string(),
+            text: text.to_string(),
+            expr,
+            inputs,
+        };
+        out.push(checked);
+    }
+    Ok(out)
+}
+
+/// The composite metrics file's size limit: a thousand definitions of a long line.
+pub const FILE_LIMIT: u64 = kube_support::config_file::DEFAULT_LIMIT;
+
 impl Catalog {
-    /// The catalog of `composites` (`NAME=EXPRESSION` each, `origin` saying where it
-    /// came from for errors) and `signals` ((namespace, name) each). Every error names
-    /// the definition at fault.
-    pub fn new(
-        composites: &[(String, String)],
-        signals: &[(String, String)],
-    ) -> Result<Catalog, Error> {
+    /// The catalog of `composites` and `signals` ((namespace, name) each). Every error
+    /// names the definition at fault, and where in it.
+    pub fn new(composites: &[Definition], signals: &[(String, String)]) -> Result<Catalog, Error> {
         let mut catalog = Catalog::default();
         for (namespace, name) in signals {
             let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
@@ -101,55 +222,15 @@ impl Catalog {
                 )));
             }
         }
-        for (origin, definition) in composites {
-            let bad = |why: String| Error::Config(format!("{origin}: {definition:?}: {why}"));
-            let (name, text) = definition
-                .split_once('=')
-                .ok_or_else(|| bad("expected NAME=EXPRESSION".into()))?;
-            let (name, text) = (name.trim(), text.trim());
-            if !valid_name(name) {
-                return Err(bad(format!(
-                    "the name {name:?} must be lower case letters, digits and _, starting with a letter or _"
-                )));
-            }
-            if input_metric(name).is_some() || catalog.composites.contains_key(name) {
-                return Err(bad(format!("the name {name:?} is already taken")));
-            }
-            if catalog.signal_names().contains(&name) {
-                return Err(bad(format!("the name {name:?} is already a --signal")));
-            }
-            let expr = Expr::parse(text).map_err(|e| bad(e.to_string()))?;
-            let mut inputs = Vec::new();
-            for input in expr.inputs() {
-                match input_metric(input) {
-                    Some(m) => inputs.push(m),
-                    None => {
-                        let why = if catalog.composites.contains_key(input) {
-                            "is a composite: composites read per-pod metrics only".to_string()
-                        } else if catalog.signal_names().contains(&input) {
-                            "is a signal without pods: composites read per-pod metrics only"
-                                .to_string()
-                        } else {
-                            format!(
-                                "is not a per-pod metric (known: {})",
-                                input_names().join(", ")
-                            )
-                        };
-                        return Err(bad(format!("{input:?} {why}")));
-                    }
-                }
-            }
-            if inputs.is_empty() {
-                return Err(bad("reads no metric: a constant is no signal".into()));
-            }
-            let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+        for c in checked(composites, &catalog.signal_names())? {
+            let leaked: &'static str = Box::leak(c.name.into_boxed_str());
             catalog.composites.insert(
                 leaked,
                 Arc::new(Composite {
                     name: leaked,
-                    expr,
-                    text: text.to_string(),
-                    inputs,
+                    expr: c.expr,
+                    text: c.text,
+                    inputs: c.inputs,
                 }),
             );
         }
@@ -157,22 +238,40 @@ impl Catalog {
     }
 
     /// The composite definitions of a file: one `NAME = EXPRESSION` a line; blank lines
-    /// and `#` comments skipped. Each comes with its `FILE:LINE` for errors.
-    pub fn read_file(path: &Path) -> Result<Vec<(String, String)>, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+    /// and `#` comments skipped. Read through the bounded reader: a regular file of at
+    /// most [`FILE_LIMIT`] bytes (a FIFO or `/dev/zero` is refused at once).
+    pub fn read_file(path: &Path) -> Result<Vec<Definition>, Error> {
+        let text = kube_support::config_file::read_to_string(path, FILE_LIMIT).map_err(|e| {
             Error::Config(format!("--composite-metrics-file {}: {e}", path.display()))
         })?;
-        Ok(text
-            .lines()
+        Ok(Catalog::parse_file(&path.display().to_string(), &text))
+    }
+
+    /// Every definition checked as [`Catalog::new`] checks it (no signals), without
+    /// building a catalog (whose names live as long as the process): each composite's
+    /// name and expression (the fuzz target's entry).
+    pub fn validate(composites: &[Definition]) -> Result<Vec<(String, Expr)>, Error> {
+        Ok(checked(composites, &[])?
+            .into_iter()
+            .map(|c| (c.name, c.expr))
+            .collect())
+    }
+
+    /// The definitions in a composite metrics file's `text`, read from `path`.
+    pub fn parse_file(path: &str, text: &str) -> Vec<Definition> {
+        text.lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-            .map(|(i, l)| {
-                (
-                    format!("{}:{}", path.display(), i + 1),
-                    l.trim().to_string(),
-                )
+            .map(|(i, l)| Definition {
+                origin: Origin::File {
+                    path: path.to_string(),
+                    line: i + 1,
+                },
+                // As written (less the line end), so that columns count from the
+                // line's start.
+                text: l.trim_end().to_string(),
             })
-            .collect())
+            .collect()
     }
 
     /// Every per-pod metric name served: built-in, then composites.
@@ -318,6 +417,10 @@ pub fn signal_value(
 ) -> Result<(f64, std::time::SystemTime), Error> {
     let key = (namespace.to_string(), name.to_string());
     match signals.readings.get(&key) {
+        // The signal loop keeps no value that is not finite; nor is one answered.
+        Some(r) if !r.value.is_finite() => Err(Error::Scrape(format!(
+            "signal {name} has no value: its source's answer is not a finite number"
+        ))),
         Some(r) if now.saturating_duration_since(r.seen) <= staleness => Ok((r.value, r.at)),
         Some(r) => Err(Error::Scrape(format!(
             "signal {name} was last read {:.1}s ago, past the staleness limit",
@@ -335,10 +438,8 @@ mod tests {
     use crate::fleet::{Fleet, Observed, PodValues};
     use std::time::SystemTime;
 
-    fn defs(list: &[&str]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|d| ("--composite-metric".to_string(), d.to_string()))
-            .collect()
+    fn defs(list: &[&str]) -> Vec<Definition> {
+        list.iter().map(|d| Definition::flag(*d)).collect()
     }
 
     #[test]
@@ -421,8 +522,85 @@ mod tests {
         let defs = Catalog::read_file(&path).unwrap();
         assert_eq!(defs.len(), 2);
         let e = Catalog::new(&defs, &[]).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("{}:4: ", path.display())), "{e}");
+        // "broken = max(" ends at column 13: the error is at the end, column 14.
+        assert!(e.starts_with(&format!("{}:4:14: ", path.display())), "{e}");
         assert!(Catalog::new(&defs[..1], &[]).is_ok());
+    }
+
+    /// Issue 27: a 20,000-term chain is refused at startup, naming the file, line and
+    /// column where the term past the cap starts, with the line shortened.
+    #[test]
+    fn a_chain_past_the_cap_is_refused_with_its_line_and_column() {
+        let chain = format!("  c = {}gpu_utilization", "gpu_utilization+".repeat(19_999));
+        let text = format!("# ok\nfine = gpu_utilization\n{chain}\n");
+        let file = Catalog::parse_file("composites.conf", &text);
+        let e = Catalog::new(&file, &[]).unwrap_err().to_string();
+        let column = "  c = ".len() + 1000 * "gpu_utilization+".len() + 1;
+        assert!(
+            e.starts_with(&format!("composites.conf:3:{column}: ")),
+            "{}",
+            &e[..e.len().min(300)]
+        );
+        assert!(e.contains("more than 1000 terms"), "{e}");
+        assert!(
+            e.len() < 300,
+            "the definition is shortened: {} bytes",
+            e.len()
+        );
+        // The same on the flag: the character within the flag's value.
+        let e = Catalog::new(&defs(&[chain.trim()]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("at character {}: more than", column - 2)),
+            "{e}"
+        );
+    }
+
+    /// Issue 27 (item 10): the file is read by the bounded regular-file reader; a FIFO
+    /// with no writer and /dev/zero are refused at once, naming the flag.
+    #[test]
+    fn a_fifo_or_dev_zero_is_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for (path, says) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a character device"),
+            (dir.path(), "a directory"),
+        ] {
+            let e = Catalog::read_file(path).unwrap_err().to_string();
+            assert!(e.starts_with("--composite-metrics-file "), "{e}");
+            assert!(e.contains(says), "{e}");
+        }
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'#'; FILE_LIMIT as usize + 1]).unwrap();
+        let e = Catalog::read_file(&big).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+    }
+
+    /// Issue 27: a signal reading that is not finite is no value, never served.
+    #[test]
+    fn a_signal_that_is_not_finite_has_no_value() {
+        use crate::source::signal::{Reading, Signals};
+        let now = Instant::now();
+        for value in [f64::INFINITY, f64::NAN, 2.5] {
+            let mut signals = Signals::default();
+            signals.readings.insert(
+                ("ns".into(), "queue".into()),
+                Reading {
+                    value,
+                    at: SystemTime::now(),
+                    seen: now,
+                },
+            );
+            let got = signal_value(&signals, "ns", "queue", now, Duration::from_secs(5));
+            assert_eq!(got.is_ok(), value.is_finite(), "{value}: {got:?}");
+        }
     }
 
     /// A composite over a fleet: each pod's value is the formula over its own inputs;

@@ -14,8 +14,24 @@
 //! unary   = "-" unary | primary
 //! primary = NUMBER | NAME | NAME "(" expr ("," expr)* ")" | "(" expr ")"
 //! ```
+//!
+//! Bounded, so that a hostile or mistaken definition is refused at startup instead of
+//! overflowing the stack: an operator chain (`a + b - c`, `a * b / c`) is one node
+//! holding its operands in a list, parsed and evaluated in a loop, so only nesting
+//! (parentheses, unary minus, function arguments) recurses, and nesting is at most
+//! [`MAX_DEPTH`] deep; an expression holds at most [`MAX_TERMS`] numbers and names.
 
 use std::fmt;
+
+/// `text` quoted for an error message, its first 40 characters only: a name or a
+/// number in a hostile definition may be a megabyte long.
+pub fn quoted(text: &str) -> String {
+    const SHOWN: usize = 40;
+    match text.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{:?}…", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
 
 /// A parsed expression.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +39,9 @@ pub enum Expr {
     Number(f64),
     Metric(String),
     Neg(Box<Expr>),
-    Binary(Op, Box<Expr>, Box<Expr>),
+    /// The first operand, then each operator with its right operand, applied left to
+    /// right: all `+`/`-`, or all `*`/`/` (precedence splits mixed chains).
+    Chain(Box<Expr>, Vec<(Op, Expr)>),
     Min(Vec<Expr>),
     Max(Vec<Expr>),
 }
@@ -49,13 +67,19 @@ impl fmt::Display for ParseError {
     }
 }
 
-/// Expressions nest at most this deep, so a hostile flag cannot overflow the stack.
-const MAX_DEPTH: usize = 64;
+/// Expressions nest at most this deep (parentheses, unary minus, function calls): the
+/// only recursion in parsing, evaluating, cloning and dropping an expression.
+pub const MAX_DEPTH: usize = 64;
+
+/// An expression holds at most this many terms (numbers and metric names): a formula
+/// over a handful of metrics needs tens.
+pub const MAX_TERMS: usize = 1000;
 
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
     depth: usize,
+    terms: usize,
 }
 
 impl Parser<'_> {
@@ -96,26 +120,37 @@ impl Parser<'_> {
         if self.depth > MAX_DEPTH {
             return self.error(format!("nested deeper than {MAX_DEPTH}"));
         }
-        let mut left = self.term()?;
+        let first = self.term()?;
+        let mut rest = Vec::new();
         while let Some(op @ ('+' | '-')) = self.peek() {
             self.pos += 1;
             let right = self.term()?;
-            let op = if op == '+' { Op::Add } else { Op::Sub };
-            left = Expr::Binary(op, Box::new(left), Box::new(right));
+            rest.push((if op == '+' { Op::Add } else { Op::Sub }, right));
         }
         self.depth -= 1;
-        Ok(left)
+        Ok(chain(first, rest))
     }
 
     fn term(&mut self) -> Result<Expr, ParseError> {
-        let mut left = self.unary()?;
+        let first = self.unary()?;
+        let mut rest = Vec::new();
         while let Some(op @ ('*' | '/')) = self.peek() {
             self.pos += 1;
             let right = self.unary()?;
-            let op = if op == '*' { Op::Mul } else { Op::Div };
-            left = Expr::Binary(op, Box::new(left), Box::new(right));
+            rest.push((if op == '*' { Op::Mul } else { Op::Div }, right));
         }
-        Ok(left)
+        Ok(chain(first, rest))
+    }
+
+    /// Counts one more term, refusing the one past [`MAX_TERMS`] where it starts.
+    fn count_term(&mut self) -> Result<(), ParseError> {
+        self.terms += 1;
+        if self.terms > MAX_TERMS {
+            return self.error(format!(
+                "more than {MAX_TERMS} terms (numbers and metric names)"
+            ));
+        }
+        Ok(())
     }
 
     fn unary(&mut self) -> Result<Expr, ParseError> {
@@ -140,8 +175,12 @@ impl Parser<'_> {
                 self.expect(')')?;
                 Ok(e)
             }
-            Some(c) if c.is_ascii_digit() || c == '.' => self.number(),
+            Some(c) if c.is_ascii_digit() || c == '.' => {
+                self.count_term()?;
+                self.number()
+            }
             Some(c) if c.is_ascii_alphabetic() || c == '_' => {
+                self.count_term()?;
                 let start = self.pos;
                 let len = self.text[start..]
                     .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -158,7 +197,10 @@ impl Parser<'_> {
                     other => {
                         return Err(ParseError {
                             at,
-                            message: format!("unknown function {other:?} (known: min, max)"),
+                            message: format!(
+                                "unknown function {} (known: min, max)",
+                                quoted(other)
+                            ),
                         });
                     }
                 };
@@ -204,7 +246,27 @@ impl Parser<'_> {
                 self.pos = end;
                 Ok(Expr::Number(v))
             }
-            _ => self.error(format!("{text:?} is not a number")),
+            _ => self.error(format!("{} is not a number", quoted(text))),
+        }
+    }
+}
+
+/// `first` alone, or the chain of it and `rest`.
+fn chain(first: Expr, rest: Vec<(Op, Expr)>) -> Expr {
+    if rest.is_empty() {
+        first
+    } else {
+        Expr::Chain(Box::new(first), rest)
+    }
+}
+
+impl Op {
+    fn apply(self, a: f64, b: f64) -> f64 {
+        match self {
+            Op::Add => a + b,
+            Op::Sub => a - b,
+            Op::Mul => a * b,
+            Op::Div => a / b,
         }
     }
 }
@@ -216,6 +278,7 @@ impl Expr {
             text,
             pos: 0,
             depth: 0,
+            terms: 0,
         };
         let e = p.expr()?;
         match p.peek() {
@@ -231,9 +294,9 @@ impl Expr {
                 Expr::Number(_) => {}
                 Expr::Metric(m) => out.push(m),
                 Expr::Neg(a) => walk(a, out),
-                Expr::Binary(_, a, b) => {
-                    walk(a, out);
-                    walk(b, out);
+                Expr::Chain(first, rest) => {
+                    walk(first, out);
+                    rest.iter().for_each(|(_, e)| walk(e, out));
                 }
                 Expr::Min(args) | Expr::Max(args) => args.iter().for_each(|a| walk(a, out)),
             }
@@ -246,21 +309,22 @@ impl Expr {
     }
 
     /// The value, reading each metric through `input`. `Err` names the first input
-    /// that has no value, or says the result is not a finite number (a division by
-    /// zero): never a made-up 0.
+    /// that has no value, or says a step is not a finite number (a division by zero,
+    /// an overflow, an input that is not finite): never a made-up 0, never ±Inf or NaN.
     pub fn eval(&self, input: &dyn Fn(&str) -> Option<f64>) -> Result<f64, EvalError> {
         let v = match self {
             Expr::Number(n) => *n,
             Expr::Metric(m) => input(m).ok_or_else(|| EvalError::Missing(m.clone()))?,
             Expr::Neg(a) => -a.eval(input)?,
-            Expr::Binary(op, a, b) => {
-                let (a, b) = (a.eval(input)?, b.eval(input)?);
-                match op {
-                    Op::Add => a + b,
-                    Op::Sub => a - b,
-                    Op::Mul => a * b,
-                    Op::Div => a / b,
+            Expr::Chain(first, rest) => {
+                let mut acc = first.eval(input)?;
+                for (op, e) in rest {
+                    acc = op.apply(acc, e.eval(input)?);
+                    if !acc.is_finite() {
+                        return Err(EvalError::NotFinite);
+                    }
                 }
+                acc
             }
             Expr::Min(args) => fold(args, input, f64::min)?,
             Expr::Max(args) => fold(args, input, f64::max)?,
@@ -366,6 +430,76 @@ mod tests {
         assert!(Expr::parse(&deep).unwrap_err().message.contains("deeper"));
         let negs = format!("{}1", "-".repeat(200));
         assert!(Expr::parse(&negs).unwrap_err().message.contains("deeper"));
+    }
+
+    /// Issue 27: a chain of 20,000 terms (or a megabyte of `*1`) is refused where the
+    /// term past the cap starts, instead of a tree as deep as the chain.
+    #[test]
+    fn chains_past_the_term_cap_are_refused_where_the_cap_is_passed() {
+        let term = "gpu_utilization+";
+        let long = format!("{}gpu_utilization", term.repeat(19_999));
+        let e = Expr::parse(&long).unwrap_err();
+        assert!(e.message.contains("more than 1000 terms"), "{e}");
+        assert_eq!(e.at, MAX_TERMS * term.len(), "where term 1001 starts: {e}");
+        let mega = format!("gpu_utilization{}", "*1".repeat(500_000));
+        let e = Expr::parse(&mega).unwrap_err();
+        assert_eq!(
+            e.at,
+            "gpu_utilization".len() + (MAX_TERMS - 1) * 2 + 1,
+            "{e}"
+        );
+        // Terms inside min/max and parentheses count too.
+        let args = format!("max({}a)", "a, ".repeat(MAX_TERMS));
+        assert!(Expr::parse(&args).unwrap_err().message.contains("terms"));
+        // At the cap, it parses.
+        let at_cap = format!("{}a", "a - ".repeat(MAX_TERMS - 1));
+        assert!(Expr::parse(&at_cap).is_ok());
+    }
+
+    /// A chain at the cap is evaluated, listed, cloned and dropped in a loop: on a
+    /// 64 KiB stack, where the recursion over a 1,000-deep tree overflows.
+    #[test]
+    fn a_chain_at_the_cap_needs_no_deep_stack() {
+        let sum = format!("{}a", "a + ".repeat(MAX_TERMS - 1));
+        let product = format!("a{}", " * 1 / 1".repeat((MAX_TERMS - 1) / 2));
+        let (sum, product) = (Expr::parse(&sum).unwrap(), Expr::parse(&product).unwrap());
+        let got = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let input = |n: &str| (n == "a").then_some(1.5);
+                let copy = sum.clone();
+                let out = (copy.eval(&input), product.eval(&input), copy.inputs().len());
+                drop((sum, copy, product));
+                out
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(got, (Ok(1.5 * MAX_TERMS as f64), Ok(1.5), 1));
+    }
+
+    /// Finite inputs whose sum, product or quotient overflows give no value, as a
+    /// division by zero does; so does an input that is not finite.
+    #[test]
+    fn an_overflow_is_not_finite_never_an_infinity() {
+        let big = [("a", 1e308), ("b", 1e308), ("c", -1e308)];
+        for text in [
+            "a + b",
+            "a * 10",
+            "a / 1e-10",
+            "c - a",
+            "max(a + b, 1)",
+            "-(a+b)",
+        ] {
+            assert_eq!(eval(text, &big), Err(EvalError::NotFinite), "{text}");
+        }
+        // An intermediate overflow is not rescued by what follows.
+        assert_eq!(eval("a + b - b", &big), Err(EvalError::NotFinite));
+        assert_eq!(eval("a + c", &big), Ok(0.0));
+        for bad in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            assert_eq!(eval("a * 0", &[("a", bad)]), Err(EvalError::NotFinite));
+            assert_eq!(eval("a", &[("a", bad)]), Err(EvalError::NotFinite));
+        }
     }
 
     #[test]

@@ -82,20 +82,23 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The pods' values combined by `aggregation`, and the oldest timestamp among
+    /// them. `None` without values, or when the combination is not a finite number
+    /// (finite values whose sum overflows): never ±Inf or NaN.
+    pub fn combined(&self, aggregation: aggregate::Aggregation) -> Option<(f64, SystemTime)> {
+        let oldest = self.values.iter().map(|v| v.at).min()?;
+        let values: Vec<f64> = self.values.iter().map(|v| v.value).collect();
+        Some((aggregation.apply(&values)?, oldest))
+    }
+
     /// The sum of the pods' values and the oldest timestamp among them.
     pub fn sum(&self) -> Option<(f64, SystemTime)> {
-        let oldest = self.values.iter().map(|v| v.at).min()?;
-        Some((self.values.iter().map(|v| v.value).sum(), oldest))
+        self.combined(aggregate::Aggregation::Sum)
     }
 
     /// The mean of the pods' values and the oldest timestamp among them.
     pub fn mean(&self) -> Option<(f64, SystemTime)> {
-        if self.values.is_empty() {
-            return None;
-        }
-        let sum: f64 = self.values.iter().map(|v| v.value).sum();
-        let oldest = self.values.iter().map(|v| v.at).min()?;
-        Some((sum / self.values.len() as f64, oldest))
+        self.combined(aggregate::Aggregation::Average)
     }
 }
 
@@ -112,10 +115,13 @@ pub enum Scope<'a> {
     Namespace,
 }
 
+/// A pod's fresh value of `metric`. A value that is not a finite number is no value
+/// (the sources refuse them; this keeps every answer finite whatever a source does).
 fn fresh(o: &Observed, metric: GpuMetric, now: Instant, staleness: Duration) -> Option<f64> {
     (now.saturating_duration_since(o.seen) <= staleness)
         .then(|| o.values.values.get(&metric).copied())
         .flatten()
+        .filter(|v| v.is_finite())
 }
 
 /// The fresh values of `metric` for the pods `scope` covers in `namespace`.

@@ -187,9 +187,13 @@ pub fn evaluate(state: &AppState, namespace: &str, t: &Trigger) -> Result<f64, E
         }
         return Ok(0.0);
     }
-    let values: Vec<f64> = a.values.iter().map(|v| v.value).collect();
-    // Not empty: checked above.
-    Ok(t.aggregation.apply(&values).unwrap_or(0.0))
+    // Not empty (checked above): no value only when the values overflow together.
+    a.combined(t.aggregation)
+        .map(|(v, _)| v)
+        .ok_or(Error::NotFinite {
+            pods: a.values.len(),
+            metric: t.metric.name(),
+        })
 }
 
 #[cfg(test)]
@@ -370,6 +374,42 @@ mod tests {
                 "{aggregation}"
             );
         }
+    }
+
+    /// Issue 27: a pod whose stored value is not finite is missing (its neighbours
+    /// answer), and pods whose sum overflows are an error, never +Inf and never 0.
+    #[test]
+    fn values_that_are_not_finite_are_missing_and_an_overflow_is_an_error() {
+        let trigger = |aggregation: &str| {
+            parse_trigger(
+                &state(&[], &[]),
+                "ns",
+                &meta(&[
+                    ("metric", "gpu_utilization"),
+                    ("targetValue", "60"),
+                    ("podSelector", "app=web"),
+                    ("aggregation", aggregation),
+                ]),
+            )
+            .unwrap()
+        };
+        let pods = ["web-0", "web-1", "web-2"];
+        let inf = state(
+            &pods,
+            &[
+                ("web-0", f64::INFINITY),
+                ("web-1", 20.0),
+                ("web-2", f64::NAN),
+            ],
+        );
+        assert_eq!(evaluate(&inf, "ns", &trigger("sum")).unwrap(), 20.0);
+        assert_eq!(evaluate(&inf, "ns", &trigger("p95")).unwrap(), 20.0);
+        let big = state(&pods, &[("web-0", 1e308), ("web-1", 1e308)]);
+        assert!(matches!(
+            evaluate(&big, "ns", &trigger("sum")),
+            Err(Error::NotFinite { pods: 2, .. })
+        ));
+        assert_eq!(evaluate(&big, "ns", &trigger("average")).unwrap(), 1e308);
     }
 
     #[test]

@@ -17,6 +17,11 @@
 //!
 //! A pod holding several devices gets the mean of the percentages and the sum of
 //! bytes and watts.
+//!
+//! Every field read here is a level, a ratio or a count, never below 0: a sample that
+//! is negative or not a finite number is skipped. A value whose arithmetic overflows
+//! (two GPUs at 1e308 W summed, MiB scaled to bytes) is no value for that pod, never
+//! ±Inf: the pod is then missing that metric, as if the exporter had not sent it.
 
 use crate::fleet::{GpuMetric, PodKey, PodValues};
 use std::collections::{BTreeMap, HashMap};
@@ -86,7 +91,7 @@ pub fn pod_values(series: &[Series]) -> HashMap<PodKey, PodValues> {
     let mut held: BTreeMap<(PodKey, DeviceKey), BTreeMap<&'static str, f64>> = BTreeMap::new();
     for s in series {
         let Some(device) = device_of(s) else { continue };
-        if !s.value.is_finite() {
+        if !s.value.is_finite() || s.value < 0.0 {
             continue;
         }
         match s.name.as_str() {
@@ -124,7 +129,7 @@ pub fn pod_values(series: &[Series]) -> HashMap<PodKey, PodValues> {
         let used = fields.get("fb_used").copied();
         let mem_util = used.and_then(|u| {
             let cap = capacity.get(&device).copied().unwrap_or(0.0);
-            (cap > 0.0).then(|| u / cap * 100.0)
+            (cap > 0.0 && cap.is_finite()).then(|| u / cap * 100.0)
         });
         let values = [
             (GpuMetric::Utilization, util),
@@ -152,6 +157,7 @@ pub fn pod_values(series: &[Series]) -> HashMap<PodKey, PodValues> {
             let values = metrics
                 .into_iter()
                 .map(|(m, (sum, n))| (m, if m.sums() { sum } else { sum / f64::from(n) }))
+                .filter(|(_, v)| v.is_finite())
                 .collect();
             (pod, PodValues { values, devices })
         })
@@ -236,5 +242,45 @@ mod tests {
             "GR engine on MIG"
         );
         assert_eq!(v.len(), 3, "the unlabelled remainder is nobody's");
+    }
+
+    /// Issue 27: two GPUs at 1e308 W (and 1e308 MiB, and 1e308 %) overflow their
+    /// sum, their mean and the bytes; the pod has none of those values, never +Inf,
+    /// and its neighbour is untouched. Negative and NaN samples are skipped.
+    #[test]
+    fn values_that_overflow_are_missing_never_infinite() {
+        let g0 = [("UUID", "GPU-0"), ("namespace", "ml"), ("pod", "bad")];
+        let g1 = [("UUID", "GPU-1"), ("namespace", "ml"), ("pod", "bad")];
+        let ok = [("UUID", "GPU-2"), ("namespace", "ml"), ("pod", "ok")];
+        let mut series = Vec::new();
+        for (name, value) in [
+            ("DCGM_FI_DEV_POWER_USAGE", 1e308),
+            ("DCGM_FI_DEV_GPU_UTIL", 1e308),
+            ("DCGM_FI_DEV_FB_USED", 1e308),
+            ("DCGM_FI_DEV_FB_FREE", 1e308),
+        ] {
+            series.push(s(name, &g0, value));
+            series.push(s(name, &g1, value));
+        }
+        series.push(s("DCGM_FI_DEV_POWER_USAGE", &ok, 250.0));
+        series.push(s("DCGM_FI_DEV_GPU_UTIL", &ok, -5.0));
+        series.push(s("DCGM_FI_DEV_FB_USED", &ok, f64::NAN));
+        let v = pod_values(&series);
+        let bad = &v[&key("ml", "bad")].values;
+        for m in [
+            GpuMetric::PowerWatts,
+            GpuMetric::Utilization,
+            GpuMetric::MemoryUsedBytes,
+        ] {
+            assert!(!bad.contains_key(&m), "{m:?}: {bad:?}");
+        }
+        assert!(bad.values().all(|x| x.is_finite()), "{bad:?}");
+        let ok = &v[&key("ml", "ok")].values;
+        assert_eq!(ok.get(&GpuMetric::PowerWatts), Some(&250.0));
+        assert!(!ok.contains_key(&GpuMetric::Utilization), "-5 % is skipped");
+        assert!(
+            !ok.contains_key(&GpuMetric::MemoryUsedBytes),
+            "NaN is skipped"
+        );
     }
 }

@@ -49,6 +49,35 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// Why a sample was refused ([`serving`]), the `reason` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SampleRefusal {
+    /// NaN or ±Inf, or a value whose arithmetic overflowed.
+    NotFinite,
+    /// Outside what the metric means: a negative queue, count or latency, a KV-cache
+    /// usage outside 0 to 1.
+    OutOfRange,
+    /// The same series (name and labels) again in one answer.
+    Duplicate,
+}
+
+impl SampleRefusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            SampleRefusal::NotFinite => "not_finite",
+            SampleRefusal::OutOfRange => "out_of_range",
+            SampleRefusal::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// A refused sample's labels: the target (its URL) and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub target: String,
+    pub reason: &'static str,
+}
+
 /// What the source loops record: one count per exporter scrape (per query round with the
 /// Prometheus source) by result, and how long each round took (with the direct source,
 /// which follows each exporter on its own, each publication batch: from its first
@@ -61,6 +90,7 @@ pub struct SourceMetrics {
     round_duration: Histogram,
     signal_reads: Family<SignalLabels, Counter>,
     info_fetches: Family<ResultLabel, Counter>,
+    samples_refused: Family<RefusalLabels, Counter>,
 }
 
 impl Default for SourceMetrics {
@@ -73,6 +103,7 @@ impl Default for SourceMetrics {
             round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
             signal_reads: Family::default(),
             info_fetches: Family::default(),
+            samples_refused: Family::default(),
         }
     }
 }
@@ -137,6 +168,27 @@ impl SourceMetrics {
             .get()
     }
 
+    /// `count` samples of `target`'s answer refused for `reason`.
+    pub fn refused_samples(&self, target: &str, reason: SampleRefusal, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let labels = RefusalLabels {
+            target: target.to_string(),
+            reason: reason.label(),
+        };
+        self.samples_refused.get_or_create(&labels).inc_by(count);
+    }
+
+    /// Samples of `target` refused so far for `reason` (tests).
+    pub fn samples_refused(&self, target: &str, reason: SampleRefusal) -> u64 {
+        let labels = RefusalLabels {
+            target: target.to_string(),
+            reason: reason.label(),
+        };
+        self.samples_refused.get_or_create(&labels).get()
+    }
+
     pub fn round_took(&self, took: Duration) {
         self.round_duration.observe(took.as_secs_f64());
     }
@@ -167,6 +219,11 @@ impl SourceMetrics {
             "source_info_fetches",
             "Fetches of serving engines' /info (TGI's KV-cache capacity), by result: success, or failure (the pod then has no serving_kv_cache_usage until one succeeds); none for the exporters",
             self.info_fetches.clone(),
+        );
+        registry.register(
+            "source_samples_refused",
+            "Samples of a target's answers refused, by target and reason: not_finite (NaN, ±Inf, or a value whose arithmetic overflowed), out_of_range (a negative queue, count or latency, a KV-cache usage outside 0 to 1), duplicate (the same series twice in one answer, counted once); the signal a refused sample feeds has no value from that answer. Serving engines only (serving_source_samples_refused)",
+            self.samples_refused.clone(),
         );
         registry.register_with_unit(
             "source_round_duration",

@@ -266,7 +266,11 @@ pub async fn run(opts: SignalOptions, clients: Clients, signals: SignalsHandle) 
             .specs
             .iter()
             .map(|spec| read_one(&clients, &opts, spec));
-        let results = futures_util::future::join_all(reads).await;
+        let results: Vec<Result<f64, Error>> = futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .map(|r| r.and_then(finite))
+            .collect();
         let (at, seen) = (SystemTime::now(), Instant::now());
         signals.send_if_modified(|s| {
             let mut changed = false;
@@ -294,6 +298,18 @@ pub async fn run(opts: SignalOptions, clients: Clients, signals: SignalsHandle) 
             }
             changed
         });
+    }
+}
+
+/// A reading that is a finite number; a sum of finite samples that overflows (two
+/// at 1e308) is a failed read, so the signal has no value, never ±Inf.
+fn finite(value: f64) -> Result<f64, Error> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(Error::Decode(format!(
+            "the samples sum to {value}, not a finite number"
+        )))
     }
 }
 
@@ -378,5 +394,16 @@ mod tests {
             Some(1.0)
         );
         assert!(sum_series(body, "queue", &[], 2).is_err());
+    }
+
+    /// Two samples at 1e308 overflow their sum; the read fails rather than keep +Inf.
+    #[test]
+    fn a_sum_that_overflows_is_a_failed_read() {
+        let body = b"queue{a=\"1\"} 1e308\nqueue{a=\"2\"} 1e308\n";
+        let sum = sum_series(body, "queue", &[], 100).unwrap().unwrap();
+        assert!(finite(sum).is_err(), "{sum:?}");
+        let e = finite(f64::INFINITY).unwrap_err();
+        assert!(e.to_string().contains("not a finite number"), "{e}");
+        assert_eq!(finite(-3.5).unwrap(), -3.5);
     }
 }

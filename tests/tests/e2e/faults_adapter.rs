@@ -512,6 +512,14 @@ fn adapter_file_flags_refuse_devices_and_fifos_at_startup() {
                 &["--tls-cert-file", path, "--tls-private-key-file", path],
             ]
             .concat(),
+            // Issue 27: the composite metrics file too.
+            vec![
+                "--insecure-serve-http",
+                "--exporter-url",
+                "http://127.0.0.1:1/metrics",
+                "--composite-metrics-file",
+                path,
+            ],
             [&reaches_the_files[..], &["--client-ca-file", path]].concat(),
             [
                 &reaches_the_files[..],
@@ -544,6 +552,37 @@ fn adapter_file_flags_refuse_devices_and_fifos_at_startup() {
             .env_remove("KUBECONFIG");
             fails_quickly(cmd, path, "not a regular file");
         }
+    }
+}
+
+/// Issue 27: a composite metrics file with a 20,000-term chain (or a megabyte of
+/// `*1`) stops startup at once, naming the file, line and column where the term past
+/// the cap starts; before, the first query (or startup) overflowed the stack.
+#[test]
+fn a_composite_file_past_the_term_cap_stops_startup_naming_line_and_column() {
+    let dir = scratch_dir("faults-composite-cap");
+    let sum = format!("c = {}gpu_utilization", "gpu_utilization+".repeat(19_999));
+    let product = format!("c = gpu_utilization{}", "*1".repeat(500_000));
+    for (text, column) in [
+        // Term 1001 starts after 1000 of `gpu_utilization+`.
+        (&sum, "c = ".len() + 1000 * "gpu_utilization+".len() + 1),
+        // After `gpu_utilization` and 999 of `*1`, at the `1` of the next.
+        (&product, "c = gpu_utilization".len() + 999 * 2 + 2),
+    ] {
+        let file = dir.join("composites.conf");
+        std::fs::write(&file, format!("# issue 27\n{text}\n")).expect("write");
+        let path = file.to_str().expect("UTF-8 path");
+        let cmd = Adapter::command(&[
+            "--exporter-url",
+            "http://127.0.0.1:1/metrics",
+            "--composite-metrics-file",
+            path,
+        ]);
+        fails_quickly(
+            cmd,
+            path,
+            &format!("{path}:2:{column}: \"c = gpu_utilization"),
+        );
     }
 }
 
@@ -627,4 +666,214 @@ fn files_a_kubeconfig_names_that_are_devices_or_fifos_stop_startup_at_once() {
             fails_quickly(exporter, bad, "not a regular file");
         }
     }
+}
+
+/// A gauge sample of `family` on GPU `uuid`, held by pod `pod` of namespace "ml".
+fn gauge(uuid: &str, pod: &str, value: f64) -> proto::Metric {
+    let label = |name: &str, value: &str| proto::LabelPair {
+        name: Some(name.into()),
+        value: Some(value.into()),
+    };
+    proto::Metric {
+        label: vec![
+            label("UUID", uuid),
+            label("container", "main"),
+            label("namespace", "ml"),
+            label("pod", pod),
+        ],
+        gauge: Some(proto::Gauge { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// Issue 27: an exporter reports pod `bad` on two GPUs at 1e308 W (and 1e308 % and
+/// MiB): finite samples whose sum, mean and bytes overflow. Before, +Inf was served:
+/// KEDA's GetMetrics answered +Inf and IsActive true, p95 NaN, metrics-api null, the
+/// namespace's mean 500 for every pod. Now `bad` is missing on every face, exactly
+/// like a pod without data, and its neighbours `ok-0` (100 W) and `ok-1` (200 W) are
+/// served as if it were not there.
+#[test]
+fn values_that_overflow_are_one_pods_missing_data_on_every_face() {
+    use gpu_metrics_adapter::faces::keda::proto::external_scaler_client::ExternalScalerClient;
+    use gpu_metrics_adapter::faces::keda::proto::{GetMetricsRequest, ScaledObjectRef};
+    let family = |name: &str, bad: f64, ok: [f64; 2]| proto::MetricFamily {
+        name: Some(name.into()),
+        r#type: Some(proto::MetricType::Gauge as i32),
+        metric: vec![
+            gauge("GPU-0", "bad", bad),
+            gauge("GPU-1", "bad", bad),
+            gauge("GPU-2", "ok-0", ok[0]),
+            gauge("GPU-3", "ok-1", ok[1]),
+        ],
+        ..Default::default()
+    };
+    let mut body = Vec::new();
+    for f in [
+        family("DCGM_FI_DEV_POWER_USAGE", 1e308, [100.0, 200.0]),
+        family("DCGM_FI_DEV_GPU_UTIL", 1e308, [0.0, 0.0]),
+        family("DCGM_FI_DEV_FB_USED", 1e308, [1024.0, 1024.0]),
+    ] {
+        f.encode_length_delimited(&mut body).expect("encode");
+    }
+    let exporter = serve(protobuf(body));
+    let mut adapter = Adapter::start(&[
+        "--exporter-url",
+        &format!("{exporter}/metrics"),
+        "--scrape-interval",
+        "300ms",
+        "--composite-metric",
+        "heat=gpu_power_watts + gpu_utilization",
+    ]);
+    let custom = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml";
+    let external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/ml";
+    let value = |v: &serde_json::Value, i: usize| {
+        let q = v["items"][i]["value"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        e2e_tests::quantity::milli_value(q).expect("a quantity") as f64 / 1000.0
+    };
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|i| {
+                i["describedObject"]["name"]
+                    .as_str()
+                    .or_else(|| i["metricLabels"]["pod"].as_str())
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    for metric in ["gpu_power_watts", "heat"] {
+        let pods = adapter.ok(&format!("{custom}/pods/*/{metric}"));
+        assert_eq!(names(&pods), ["ok-0", "ok-1"], "{metric}: {pods}");
+        let (status, body) = adapter.get(&format!("{custom}/pods/bad/{metric}"));
+        assert_eq!(status, 404, "{metric}: like a pod without data: {body}");
+        let per_pod = adapter.ok(&format!("{external}/{metric}"));
+        assert_eq!(names(&per_pod), ["ok-0", "ok-1"], "{metric}: {per_pod}");
+    }
+    // The aggregates are over the neighbours alone (oracle: 100 and 200).
+    let mean = adapter.ok(&format!("{custom}/metrics/gpu_power_watts"));
+    assert_eq!(value(&mean, 0), 150.0, "{mean}");
+    for (suffix, want) in [
+        ("sum", 300.0),
+        ("p95", 100.0 + 0.95 * 100.0),
+        ("max", 200.0),
+    ] {
+        let v = adapter.ok(&format!("{external}/gpu_power_watts:{suffix}"));
+        assert_eq!(value(&v, 0), want, "{suffix}: {v}");
+    }
+    let api = adapter.ok("/metrics-api/namespaces/ml/gpu_power_watts?podSelector=&aggregation=sum");
+    assert_eq!(api["value"].as_f64(), Some(300.0), "{api}");
+    // KEDA: the value is the neighbours' sum, under the activation threshold.
+    let grpc = adapter.grpc_address();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut client = ExternalScalerClient::connect(format!("http://{grpc}"))
+            .await
+            .expect("connect");
+        let so = ScaledObjectRef {
+            name: "bad".into(),
+            namespace: "ml".into(),
+            scaler_metadata: [
+                ("metric", "gpu_power_watts"),
+                ("targetValue", "100"),
+                ("activationTargetValue", "1000"),
+                ("podSelector", ""),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let active = client.is_active(so.clone()).await.expect("IsActive");
+        assert!(!active.into_inner().result, "300 W is not over 1000");
+        let m = client
+            .get_metrics(GetMetricsRequest {
+                scaled_object_ref: Some(so),
+                metric_name: "gpu_power_watts".into(),
+            })
+            .await
+            .expect("GetMetrics")
+            .into_inner();
+        assert_eq!(m.metric_values[0].metric_value_float, 300.0);
+    });
+    assert!(adapter.process.exited().is_none(), "the adapter exited");
+}
+
+/// Issue 27: serving engines. Pod `bad`'s engine reports two waiting queues at 1e308
+/// (their sum overflows), a KV-cache usage of -3 and a duplicate series; `ok`'s engine
+/// 3 waiting, 0.5 KV-cache usage. Before, the namespace's sum of waiting requests
+/// answered 500 for both pods and -3 was served. Now `bad` is missing those values,
+/// the sum is `ok`'s, and each refusal is counted for `bad`'s target by reason.
+#[test]
+fn serving_values_out_of_range_are_refused_counted_and_the_neighbours_served() {
+    let text = |body: &'static str| -> Behaviour {
+        Arc::new(move |stream: &mut TcpStream| {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream
+                .write_all(head.as_bytes())
+                .and_then(|()| stream.write_all(body.as_bytes()));
+        })
+    };
+    let bad = serve(text(
+        "vllm:num_requests_waiting{engine=\"0\"} 1e308\n\
+         vllm:num_requests_waiting{engine=\"1\"} 1e308\n\
+         vllm:kv_cache_usage_perc{engine=\"0\"} -3\n\
+         vllm:num_requests_running{engine=\"0\"} 2\n\
+         vllm:num_requests_running{engine=\"0\"} 2\n",
+    ));
+    let ok = serve(text(
+        "vllm:num_requests_waiting 3\nvllm:kv_cache_usage_perc 0.5\nvllm:num_requests_running 1\n",
+    ));
+    let bad_target = format!("{bad}/metrics");
+    let adapter = Adapter::start(&[
+        "--scrape-interval",
+        "300ms",
+        "--serving-target",
+        &format!("llm/bad={bad_target}"),
+        "--serving-target",
+        &format!("llm/ok={ok}/metrics"),
+    ]);
+    let external = "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm";
+    let value = |v: &serde_json::Value| {
+        let q = v["items"][0]["value"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        e2e_tests::quantity::milli_value(q).expect("a quantity") as f64 / 1000.0
+    };
+    // Both engines answered: the running requests are both pods' (2, counted once
+    // though `bad` repeats the series, and 1).
+    wait_for("both engines", Duration::from_secs(30), || {
+        let v = adapter.ok(&format!("{external}/serving_requests_running"));
+        (value(&v) == 3.0).then_some(())
+    });
+    let waiting = adapter.ok(&format!("{external}/serving_requests_waiting"));
+    assert_eq!(value(&waiting), 3.0, "ok's queue alone: {waiting}");
+    let custom = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/llm";
+    let (status, body) = adapter.get(&format!("{custom}/pods/bad/serving_kv_cache_usage"));
+    assert_eq!(status, 404, "-3 is refused: {body}");
+    let kv = adapter.ok(&format!("{custom}/pods/ok/serving_kv_cache_usage"));
+    assert_eq!(value(&kv), 0.5, "{kv}");
+    let refused = |reason: &str| {
+        self_metric(
+            &adapter,
+            &format!(
+                "gpu_metrics_adapter_serving_source_samples_refused_total{{target=\"{bad_target}\",reason=\"{reason}\"}}"
+            ),
+        )
+    };
+    wait_for("counted refusals", Duration::from_secs(30), || {
+        (refused("not_finite") >= 1.0
+            && refused("out_of_range") >= 1.0
+            && refused("duplicate") >= 1.0)
+            .then_some(())
+    });
 }

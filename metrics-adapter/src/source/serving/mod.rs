@@ -8,6 +8,15 @@
 //! limits, staleness and failure rules, counted in the `serving_source_*` self-metrics,
 //! published into a fleet view of their own, which queries read beside the exporters'.
 //!
+//! Values are checked where they enter ([`admit`]): a sample that is not a finite
+//! number, or out of its family's range ([`profiles::in_range`]: no negative queue,
+//! count or latency, a KV-cache usage within 0 to 1), is refused with every sample of
+//! its family in that answer, so the signal it feeds has no value from that answer
+//! rather than a partial or wrong one; an exact duplicate (same name and labels) is
+//! taken once. Each refusal is counted per target and reason
+//! (`serving_source_samples_refused_total`). The signals computed from what is left
+//! are checked again (a sum that overflows, used blocks over the maximum) the same way.
+//!
 //! Rates and quantiles need two answers: tokens per second is the counter's increase
 //! over the time between them, the time-to-first-token quantiles are over the requests
 //! whose first token came between them. A first answer, a counter that fell (the
@@ -19,14 +28,16 @@ pub mod mapping;
 pub mod profiles;
 pub mod text;
 
+use super::derive::Series;
 use super::scrape::{Reader, TargetValues};
+use super::{SampleRefusal, SourceMetrics};
 use crate::error::Error;
 use crate::fleet::{GpuMetric, PodKey, PodValues};
 use arc_swap::ArcSwap;
 use info::TgiInfo;
 use mapping::{Aggregation, Mapping};
 use profiles::{Engine, Signals, delta, kv_usage, quantile};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -98,6 +109,57 @@ pub struct ServingReader {
     previous: Mutex<HashMap<String, Previous>>,
     /// TGI's KV-cache capacities ([`info`]).
     info: Arc<TgiInfo>,
+    /// Where refused samples are counted.
+    metrics: SourceMetrics,
+}
+
+/// The samples of one answer that may be used: exact duplicates taken once, and
+/// every sample of a family with a sample that is not finite or out of range left
+/// out. Returns them with the refusals by reason (each duplicate and each bad sample
+/// counted once; the good samples of a refused family are not counted).
+pub fn admit(mut series: Vec<Series>) -> (Vec<Series>, BTreeMap<SampleRefusal, u64>) {
+    let mut refused: BTreeMap<SampleRefusal, u64> = BTreeMap::new();
+    // Labels in name order, so that a series is the same whatever order they came in.
+    for s in &mut series {
+        s.labels.sort_unstable();
+    }
+    let mut keep = vec![true; series.len()];
+    let mut seen: HashSet<(&str, &[(String, String)])> = HashSet::new();
+    let mut bad_families: BTreeSet<&str> = BTreeSet::new();
+    for (i, s) in series.iter().enumerate() {
+        if !seen.insert((s.name.as_str(), s.labels.as_slice())) {
+            keep[i] = false;
+            *refused.entry(SampleRefusal::Duplicate).or_default() += 1;
+            continue;
+        }
+        let why = if !s.value.is_finite() {
+            SampleRefusal::NotFinite
+        } else if !profiles::in_range(s) {
+            SampleRefusal::OutOfRange
+        } else {
+            continue;
+        };
+        *refused.entry(why).or_default() += 1;
+        bad_families.insert(s.name.as_str());
+    }
+    let bad: HashSet<String> = bad_families.into_iter().map(str::to_string).collect();
+    let mut keep = keep.into_iter();
+    series.retain(|s| keep.next().unwrap_or(false) && !bad.contains(&s.name));
+    (series, refused)
+}
+
+/// Whether a signal's value is in its range: every built-in serving signal is at
+/// least 0 and the KV-cache usage at most 1; a mapped one may be any finite number.
+fn signal_refusal(metric: GpuMetric, v: f64) -> Option<SampleRefusal> {
+    if !v.is_finite() {
+        return Some(SampleRefusal::NotFinite);
+    }
+    let in_range = match metric {
+        GpuMetric::Mapped(_) => true,
+        GpuMetric::ServingKvCacheUsage => (0.0..=1.0).contains(&v),
+        _ => v >= 0.0,
+    };
+    (!in_range).then_some(SampleRefusal::OutOfRange)
 }
 
 impl ServingReader {
@@ -112,7 +174,14 @@ impl ServingReader {
             names,
             previous: Mutex::new(HashMap::new()),
             info: Arc::new(TgiInfo::new(None)),
+            metrics: SourceMetrics::default(),
         }
+    }
+
+    /// Count refused samples in `metrics` (by default in a registry of its own).
+    pub fn with_metrics(mut self, metrics: SourceMetrics) -> ServingReader {
+        self.metrics = metrics;
+        self
     }
 
     /// Read TGI targets' KV-cache capacity through `info` (by default none is fetched).
@@ -181,7 +250,7 @@ impl ServingReader {
                     .any(|m| m.matchers.iter().any(|x| x.label == label))
         };
         let decoded = text::parse(body, max_series, wanted, keep)?;
-        let series = decoded.series;
+        let (series, mut refused) = admit(decoded.series);
         let mut signals = match engines.as_slice() {
             [engine] => Some((*engine, engine.signals(&series))),
             [] => None,
@@ -233,6 +302,18 @@ impl ServingReader {
             } else {
                 values.insert(GpuMetric::Mapped(name), v);
             }
+        }
+        // What the arithmetic made of admitted samples (a sum that overflows, Triton's
+        // used blocks over the maximum) is checked too.
+        values.retain(|metric, v| match signal_refusal(*metric, *v) {
+            None => true,
+            Some(why) => {
+                *refused.entry(why).or_default() += 1;
+                false
+            }
+        });
+        for (why, count) in refused {
+            self.metrics.refused_samples(target, why, count);
         }
         if signals.is_none() && values.is_empty() && current.mapped.is_empty() {
             return Err(Error::Decode(
@@ -425,6 +506,94 @@ mod tests {
         assert_eq!(kv(tgi(4096.0, 200.0), t0), Some(0.25));
         // The tokens counter fell: a new server, its capacity unknown until asked.
         assert_eq!(kv(tgi(4096.0, 10.0), t0), None);
+    }
+
+    /// Issue 27: out-of-range and non-finite samples are refused with their family
+    /// (the signal has no value from that answer), counted per target and reason;
+    /// duplicates count once; the answer's other signals are served.
+    #[test]
+    fn out_of_range_samples_are_refused_and_counted_and_duplicates_count_once() {
+        let (r, url) = reader(&["depth=my_depth:sum"]);
+        let metrics = SourceMetrics::default();
+        let r = r.with_metrics(metrics.clone());
+        let pod = ("llm".to_string(), "vllm-0".to_string());
+        let read = |body: &str| r.read(url, "", body.as_bytes(), 100, Instant::now());
+        let count = |why| metrics.samples_refused(url, why);
+        let running = "vllm:num_requests_running{model_name=\"m\"} 2\n";
+        let (mut not_finite, mut out_of_range) = (0, 0);
+        for (bad, metric, why) in [
+            (
+                "vllm:kv_cache_usage_perc{engine=\"0\"} -3\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.5\n",
+                GpuMetric::ServingKvCacheUsage,
+                SampleRefusal::OutOfRange,
+            ),
+            (
+                "vllm:kv_cache_usage_perc 1e308\n",
+                GpuMetric::ServingKvCacheUsage,
+                SampleRefusal::OutOfRange,
+            ),
+            (
+                "vllm:num_requests_waiting{engine=\"0\"} -4\nvllm:num_requests_waiting{engine=\"1\"} 9\n",
+                GpuMetric::ServingRequestsWaiting,
+                SampleRefusal::OutOfRange,
+            ),
+            (
+                "vllm:num_requests_waiting NaN\n",
+                GpuMetric::ServingRequestsWaiting,
+                SampleRefusal::NotFinite,
+            ),
+            // Each in range, their sum is not.
+            (
+                "vllm:num_requests_waiting{engine=\"0\"} 1e308\nvllm:num_requests_waiting{engine=\"1\"} 1e308\n",
+                GpuMetric::ServingRequestsWaiting,
+                SampleRefusal::NotFinite,
+            ),
+            (
+                "my_depth{a=\"1\"} 1e308\nmy_depth{a=\"2\"} 1e308\n",
+                GpuMetric::Mapped("depth"),
+                SampleRefusal::NotFinite,
+            ),
+        ] {
+            let v = read(&format!("{bad}{running}")).unwrap();
+            let v = &v[&pod].values;
+            assert!(!v.contains_key(&metric), "{bad}: {v:?}");
+            assert_eq!(
+                v.get(&GpuMetric::ServingRequestsRunning),
+                Some(&2.0),
+                "{bad}: the other signals stay"
+            );
+            match why {
+                SampleRefusal::NotFinite => not_finite += 1,
+                _ => out_of_range += 1,
+            }
+            assert_eq!(count(SampleRefusal::NotFinite), not_finite, "{bad}");
+            assert_eq!(count(SampleRefusal::OutOfRange), out_of_range, "{bad}");
+        }
+        // A negative latency bound: no time-to-first-token quantile from it.
+        let ttft = |le: &str, n: f64| {
+            format!(
+                "vllm:time_to_first_token_seconds_bucket{{le=\"{le}\"}} {n}\n\
+                 vllm:time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {n}\n{running}"
+            )
+        };
+        read(&ttft("-5", 0.0)).unwrap();
+        let v = read(&ttft("-5", 10.0)).unwrap();
+        assert!(
+            !v[&pod]
+                .values
+                .contains_key(&GpuMetric::ServingTimeToFirstTokenP95)
+        );
+        assert_eq!(count(SampleRefusal::OutOfRange), out_of_range + 2);
+        // The same series twice (labels in another order) is one engine, not two.
+        let v = read(
+            "vllm:num_requests_waiting{a=\"1\",b=\"2\"} 5\nvllm:num_requests_waiting{b=\"2\",a=\"1\"} 5\nvllm:num_requests_waiting{a=\"2\",b=\"2\"} 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            v[&pod].values.get(&GpuMetric::ServingRequestsWaiting),
+            Some(&6.0)
+        );
+        assert_eq!(count(SampleRefusal::Duplicate), 1);
     }
 
     #[test]

@@ -144,6 +144,33 @@ impl Engine {
     }
 }
 
+/// The KV-cache families that are a usage ratio, 0 to 1.
+const RATIOS: [&str; 3] = [
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "sglang:token_usage",
+];
+
+/// Whether a sample of a family a profile reads is in the range its meaning allows:
+/// every one is a count, a queue, a token total, a histogram bucket or a ratio, so
+/// none is negative; the KV-cache ratios are at most 1; a time-to-first-token bucket's
+/// bound is not negative. Samples of other families (user mappings) may be any finite
+/// number.
+pub fn in_range(s: &Series) -> bool {
+    if !Engine::of_family(&s.name).is_some_and(|e| e.wants(&s.name)) {
+        return true;
+    }
+    let ratio = RATIOS.contains(&s.name.as_str())
+        || (s.name == "nv_trt_llm_kv_cache_block_metrics"
+            && s.label("kv_cache_block_type") == Some("fraction"));
+    let bound_ok = !s.name.ends_with("_bucket")
+        || match s.label("le") {
+            Some("+Inf" | "Inf") | None => true,
+            Some(le) => le.parse::<f64>().is_ok_and(|le| le >= 0.0),
+        };
+    s.value >= 0.0 && (!ratio || s.value <= 1.0) && bound_ok
+}
+
 /// What one scrape of an engine says, before rates.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Signals {
