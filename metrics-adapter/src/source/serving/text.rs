@@ -201,7 +201,7 @@ vllm:y -Inf
             (b"\xff", "the exposition is not UTF-8"),
         ] {
             let e = parse(bad, 10, |_| true, |_| true)
-                .map(|s| s.len())
+                .map(|s| s.series.len())
                 .expect_err(&String::from_utf8_lossy(bad));
             assert!(
                 matches!(e, Error::Decode(_)) && e.to_string().contains(why),
