@@ -6,6 +6,8 @@
 //! allocations of one encode of each are printed (a counting allocator).
 //!
 //! `cargo bench -p gpu-exporter --bench protobuf_encoders`
+// A counting global allocator is unsafe to implement: it only forwards to `System`.
+#![allow(unsafe_code)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_exporter::counters;
