@@ -46,6 +46,9 @@ pub const LABELS: [&str; 4] = ["UUID", "GPU_I_ID", "namespace", "pod"];
 pub struct Decoded {
     pub series: Vec<Series>,
     pub over_labels: u64,
+    /// Samples dropped as exact duplicates of one already kept (same name, same full
+    /// label set, including labels the decoder does not keep).
+    pub duplicates: u64,
 }
 
 /// One sample of a scrape.

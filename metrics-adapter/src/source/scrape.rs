@@ -551,6 +551,7 @@ mod tests {
         Ok(Decoded {
             series,
             over_labels: 0,
+            duplicates: 0,
         })
     }
 

@@ -113,25 +113,19 @@ pub struct ServingReader {
     metrics: SourceMetrics,
 }
 
-/// The samples of one answer that may be used: exact duplicates taken once, and
-/// every sample of a family with a sample that is not finite or out of range left
-/// out. Returns them with the refusals by reason (each duplicate and each bad sample
-/// counted once; the good samples of a refused family are not counted).
+/// The samples of one answer that may be used: every sample of a family with a sample
+/// that is not finite or out of range left out (exact duplicates were already dropped
+/// by the decoder, the one place that sees every label). Returns them with the
+/// refusals by reason (each bad sample counted once; the good samples of a refused
+/// family are not counted).
 pub fn admit(mut series: Vec<Series>) -> (Vec<Series>, BTreeMap<SampleRefusal, u64>) {
     let mut refused: BTreeMap<SampleRefusal, u64> = BTreeMap::new();
     // Labels in name order, so that a series is the same whatever order they came in.
     for s in &mut series {
         s.labels.sort_unstable();
     }
-    let mut keep = vec![true; series.len()];
-    let mut seen: HashSet<(&str, &[(String, String)])> = HashSet::new();
     let mut bad_families: BTreeSet<&str> = BTreeSet::new();
-    for (i, s) in series.iter().enumerate() {
-        if !seen.insert((s.name.as_str(), s.labels.as_slice())) {
-            keep[i] = false;
-            *refused.entry(SampleRefusal::Duplicate).or_default() += 1;
-            continue;
-        }
+    for s in &series {
         let why = if !s.value.is_finite() {
             SampleRefusal::NotFinite
         } else if !profiles::in_range(s) {
@@ -143,8 +137,7 @@ pub fn admit(mut series: Vec<Series>) -> (Vec<Series>, BTreeMap<SampleRefusal, u
         bad_families.insert(s.name.as_str());
     }
     let bad: HashSet<String> = bad_families.into_iter().map(str::to_string).collect();
-    let mut keep = keep.into_iter();
-    series.retain(|s| keep.next().unwrap_or(false) && !bad.contains(&s.name));
+    series.retain(|s| !bad.contains(&s.name));
     (series, refused)
 }
 
@@ -251,6 +244,10 @@ impl ServingReader {
         };
         let decoded = text::parse(body, max_series, wanted, keep)?;
         let (series, mut refused) = admit(decoded.series);
+        // Exact duplicates were dropped by the decoder, which saw every label.
+        if decoded.duplicates > 0 {
+            *refused.entry(SampleRefusal::Duplicate).or_default() += decoded.duplicates;
+        }
         let mut signals = match engines.as_slice() {
             [engine] => Some((*engine, engine.signals(&series))),
             [] => None,

@@ -6,6 +6,8 @@
 use super::super::derive::{Decoded, Series};
 use super::super::limits::{MAX_LABELS_PER_SERIES, Rejection};
 use crate::error::Error;
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// Whether a content type is a text exposition (an empty one is taken as text, as
 /// Prometheus does).
@@ -17,7 +19,9 @@ pub fn is_text(content_type: &str) -> bool {
 /// The samples of `body` whose names `wanted` accepts, at most `max_series` of them,
 /// with the labels `keep` names. Every sample name is offered to `wanted`, so it also
 /// sees what is there. A sample with more than [`MAX_LABELS_PER_SERIES`] labels is
-/// refused and counted, the rest kept.
+/// refused and counted, the rest kept. A sample with the name and the whole label set
+/// of one already kept (labels not kept included) is an exact duplicate: dropped and
+/// counted, never summed as if a second engine had sent it.
 pub fn parse(
     body: &[u8],
     max_series: usize,
@@ -28,6 +32,9 @@ pub fn parse(
         .map_err(|e| Error::Decode(format!("the exposition is not UTF-8: {e}")))?;
     let mut out = Vec::new();
     let mut over_labels = 0;
+    let mut duplicates = 0;
+    // Each kept sample's identity: its name and every label pair, in any order.
+    let mut seen: HashSet<u64> = HashSet::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -43,9 +50,10 @@ pub fn parse(
         let bad = |why: &str| Error::Decode(format!("line {}: {why}: {line:?}", n + 1));
         let mut rest = &line[end..];
         let mut labels = Vec::new();
+        let mut identity = hash_of(&name);
         if let Some(after) = rest.strip_prefix('{') {
             let count;
-            (rest, count) = parse_labels(after, &mut labels, &keep).map_err(&bad)?;
+            (rest, count) = parse_labels(after, &mut labels, &keep, &mut identity).map_err(&bad)?;
             if count > MAX_LABELS_PER_SERIES {
                 over_labels += 1;
                 continue;
@@ -56,6 +64,10 @@ pub fn parse(
             .next()
             .ok_or_else(|| bad("no value"))?;
         let value = parse_value(value).ok_or_else(|| bad("the value is not a number"))?;
+        if !seen.insert(identity) {
+            duplicates += 1;
+            continue;
+        }
         if out.len() >= max_series {
             return Err(Error::OverLimit {
                 reason: Rejection::SeriesLimit,
@@ -73,7 +85,14 @@ pub fn parse(
     Ok(Decoded {
         series: out,
         over_labels,
+        duplicates,
     })
+}
+
+fn hash_of(value: &impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
 }
 
 /// A sample value: a float, or `+Inf`, `-Inf`, `NaN`.
@@ -93,6 +112,7 @@ fn parse_labels<'a>(
     mut rest: &'a str,
     labels: &mut Vec<(String, String)>,
     keep: impl Fn(&str) -> bool,
+    identity: &mut u64,
 ) -> Result<(&'a str, usize), &'static str> {
     let mut count = 0;
     loop {
@@ -130,6 +150,9 @@ fn parse_labels<'a>(
                 None => return Err("an unterminated label value"),
             }
         };
+        // Every pair counts towards the sample's identity, kept or not; added, so that
+        // the order the pairs come in does not matter.
+        *identity = identity.wrapping_add(hash_of(&(name, &rest[..close])));
         if kept {
             labels.push((name.to_string(), value));
         }
@@ -217,7 +240,9 @@ vllm:y -Inf
                 .len(),
             1
         );
-        let many = "vllm:a 1\n".repeat(11);
+        let many: String = (0..11)
+            .map(|i| format!("vllm:a{{i=\"{i}\"}} 1\n"))
+            .collect();
         assert!(matches!(
             parse(many.as_bytes(), 10, |_| true, |_| true),
             Err(Error::OverLimit {
@@ -251,5 +276,22 @@ vllm:y -Inf
             .collect();
         let le = |v: &str| vec![("le".to_string(), v.to_string())];
         assert_eq!(got, [(&le("1")[..], 2.0), (&le("2")[..], 3.0)]);
+    }
+
+    /// Two engines' series that differ only in a label the decoder does not keep are
+    /// both kept (they are summed later); the same series twice, in any label order, is
+    /// kept once and counted.
+    #[test]
+    fn exact_duplicates_are_dropped_whatever_labels_are_kept() {
+        let keep_none = |_: &str| false;
+        let body = b"q{engine=\"0\",m=\"a\"} 1\nq{engine=\"1\",m=\"a\"} 2\nq{m=\"a\",engine=\"0\"} 1\nq 5\nq 5\n";
+        let d = parse(body, 10, |_| true, keep_none).unwrap();
+        let values: Vec<f64> = d.series.iter().map(|s| s.value).collect();
+        assert_eq!(values, [1.0, 2.0, 5.0]);
+        assert!(
+            d.series.iter().all(|s| s.labels.is_empty()),
+            "no label kept"
+        );
+        assert_eq!(d.duplicates, 2);
     }
 }
