@@ -7,7 +7,7 @@ use crate::config::Cli;
 use crate::error::{Error, Result};
 use crate::sampler::Sampler;
 use crate::source::GpuSource;
-use crate::{KubernetesOptions, node_name, source, start_attribution};
+use crate::{KubernetesOptions, hostname, source, start_attribution};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -44,6 +44,7 @@ pub struct DemoNode {
 /// same gRPC, watch and cgroup paths a real node uses. Otherwise `sampler` as it is.
 pub fn with_kube_node(
     cli: &Cli,
+    node_name: Option<String>,
     sampler: Sampler,
     runtime: &tokio::runtime::Handle,
 ) -> Result<(Sampler, Option<DemoNode>)> {
@@ -59,11 +60,11 @@ pub fn with_kube_node(
         .prefix("gpu-exporter-demo-")
         .tempdir()
         .map_err(Error::Serve)?;
-    let node_name = node_name();
+    let node_name = hostname(node_name.as_deref());
     let sim = kube_sim::node::SimKubeNode::start(scenario, node, dir.path(), &node_name)
         .map_err(Error::Serve)?;
     tracing::info!(dir = %dir.path().display(), "simulated Kubernetes node for the scenario's pods");
-    let mut k8s = KubernetesOptions::from_cli(cli)?;
+    let mut k8s = KubernetesOptions::from_cli(cli, None)?;
     k8s.socket = sim.kubelet_socket().to_path_buf();
     k8s.kubeconfig = Some(sim.kubeconfig_path().to_path_buf());
     k8s.proc_root = sim.proc_root().to_path_buf();

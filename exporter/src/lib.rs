@@ -33,14 +33,19 @@ use crate::sampler::{Sampler, SamplerOptions};
 use crate::snapshot::Snapshot;
 use crate::source::GpuSource;
 use arc_swap::ArcSwap;
+use rustls::ServerConfig;
 use std::sync::Arc;
 
-/// The node name for the hostname label: `NODE_NAME` (set from the downward API in
-/// Kubernetes), else the kernel's hostname.
-pub fn node_name() -> String {
-    std::env::var("NODE_NAME")
-        .ok()
-        .filter(|s| !s.is_empty())
+/// This node's name: `NODE_NAME`, set from the downward API (`spec.nodeName`) in
+/// Kubernetes; empty is unset. Read once, by [`run`], and handed to what needs it.
+pub fn node_name_from_env() -> Option<String> {
+    std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty())
+}
+
+/// The hostname label's value: the node's name, else the kernel's hostname.
+pub fn hostname(node_name: Option<&str>) -> String {
+    node_name
+        .map(str::to_string)
         .or_else(|| {
             kube_support::config_file::read_attribute(
                 std::path::Path::new("/proc/sys/kernel/hostname"),
@@ -96,9 +101,9 @@ pub struct KubernetesOptions {
 }
 
 impl KubernetesOptions {
-    /// The options the flags give; an allow-list pattern that is no regular expression
-    /// is an error.
-    pub fn from_cli(cli: &Cli) -> Result<KubernetesOptions> {
+    /// The options the flags give, on the node `node_name`; an allow-list pattern that
+    /// is no regular expression is an error.
+    pub fn from_cli(cli: &Cli, node_name: Option<String>) -> Result<KubernetesOptions> {
         let keys = cli
             .kubernetes_pod_labels
             .iter()
@@ -122,7 +127,7 @@ impl KubernetesOptions {
                 .collect(),
             pod_labels,
             kubeconfig: cli.kubeconfig.clone(),
-            node_name: std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()),
+            node_name,
             enable_dra: cli.kubernetes_enable_dra,
             proc_root: cli.proc_root.clone(),
         })
@@ -196,99 +201,142 @@ pub fn run(cli: Cli) -> Result<()> {
         tracing::warn!(flag, reason, "dcgm-exporter flag ignored");
     }
     // Taken before any thread starts: reading the activation variables also unsets them.
-    let activated = if cli.web_systemd_socket {
-        Some(systemd_socket()?)
-    } else {
-        None
-    };
+    let activated = cli.web_systemd_socket.then(systemd_socket).transpose()?;
     tls_serving::install_crypto_provider();
-    // The web config first: a bad one stops startup before the GPUs are touched.
-    let web = match cli.web_config_file() {
-        Some(path) => {
-            let config = web_config::WebConfig::load(path)?;
-            let server = config.server_config()?;
-            access::warn_if_insecure(&config);
-            Some((config, server))
-        }
-        None => None,
-    };
-    // Flags that can be wrong, before anything starts.
+    // What can be wrong in the flags and files, before the GPUs are touched.
+    let web = load_web_config(&cli)?;
     let plan_source = plan_reload::PlanSource::new(&cli.configmap_data, cli.collectors.as_deref())?;
-    let k8s_opts = if cli.kubernetes {
-        Some(KubernetesOptions::from_cli(&cli)?)
-    } else {
-        None
+    let node_name = node_name_from_env();
+    let k8s = cli
+        .kubernetes
+        .then(|| KubernetesOptions::from_cli(&cli, node_name.clone()))
+        .transpose()?;
+    let runtime = start_runtime()?;
+    let plan = start_plan(&cli, plan_source, &runtime)?;
+    let source = build_source(&cli)?;
+    let build_labels = build_labels(source.as_ref());
+    tracing::info!(source = %source.describe(), metrics = plan.plan().metrics.len(), interval_ms = cli.collect_interval, "starting");
+    let store = Arc::new(snapshot::SnapshotStore::new(Snapshot::empty(
+        plan.plan(),
+        build_labels.clone(),
+    )));
+    let sampler = Sampler::new(
+        source,
+        plan.plan(),
+        sampler_options(&cli, node_name.as_deref()),
+        build_labels,
+    )
+    .with_plan_updates(plan)
+    .with_count_windows(
+        std::time::Duration::from_millis(cli.xid_count_window_size),
+        std::time::Duration::from_millis(cli.clock_events_count_window_size),
+    );
+    let sampler = start_attribution_and_jobs(&cli, k8s.as_ref(), sampler, runtime.handle());
+    // The demo's simulated Kubernetes node, held until exit.
+    #[cfg(feature = "demo")]
+    let (sampler, _demo_node) = demo::with_kube_node(&cli, node_name, sampler, runtime.handle())?;
+    let (stop, sampler_thread) = start_sampler(sampler, store.clone())?;
+    let served = runtime.block_on(serve(&cli, store, web, activated));
+    drop(stop);
+    let _ = sampler_thread.join();
+    tracing::info!("stopped");
+    served
+}
+
+/// The web config (`--web-config-file`) and the TLS server configuration it gives; a
+/// bad one stops startup.
+fn load_web_config(cli: &Cli) -> Result<Option<(web_config::WebConfig, Option<ServerConfig>)>> {
+    let Some(path) = cli.web_config_file() else {
+        return Ok(None);
     };
-    // Two workers: scrapes are cheap (a cached body) and the Kubernetes refreshers are
-    // mostly idle, but one slow client must not hold up the others; more threads would
-    // only cost memory.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let config = web_config::WebConfig::load(path)?;
+    let server = config.server_config()?;
+    access::warn_if_insecure(&config);
+    Ok(Some((config, server)))
+}
+
+/// The runtime of the HTTP server and the Kubernetes refreshers. Two workers: scrapes
+/// are cheap (a cached body) and the refreshers mostly idle, but one slow client must
+/// not hold up the others; more threads would only cost memory.
+fn start_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("http")
         .enable_io()
         .enable_time()
         .build()
-        .map_err(Error::Serve)?;
+        .map_err(Error::Serve)
+}
+
+/// The counters plan from its source (a file, the built-in list or a `-m` ConfigMap),
+/// and its reloading on changes and on SIGHUP.
+fn start_plan(
+    cli: &Cli,
+    source: plan_reload::PlanSource,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Arc<plan_reload::PlanHandle>> {
     // A SIGHUP reloads the counters, whatever their source; never the default action
     // (ending the process).
     let hangup = Arc::new(tokio::sync::Notify::new());
     runtime
         .block_on(async { plan_reload::forward_sighup(hangup.clone()) })
         .map_err(Error::Serve)?;
-    let (plan, plan_client) = match &plan_source {
+    let (plan, client) = match &source {
         plan_reload::PlanSource::ConfigMap { namespace, name } => runtime.block_on(async {
             let client = kube_support::client(cli.kubeconfig.as_deref())
                 .await
                 .map_err(|e| Error::Config(format!("--configmap-data needs API access: {e}")))?;
             let text = plan_reload::fetch_configmap(&client, namespace, name).await?;
-            let (plan, warnings) = counters::plan(&text, &plan_source.describe())?;
+            let (plan, warnings) = counters::plan(&text, &source.describe())?;
             plan_reload::log_warnings(warnings);
             Ok::<_, Error>((plan, Some(client)))
         })?,
         local => (plan_reload::load_local(local)?, None),
     };
-    let plan = Arc::new(plan);
-    tracing::info!(counters = %plan_source.describe(), "counters loaded");
-    let plan_handle = Arc::new(plan_reload::PlanHandle::new(plan.clone()));
-    {
-        let _guard = runtime.enter();
-        plan_reload::watch(
-            plan_source,
-            plan_handle.clone(),
-            hangup,
-            plan_client,
-            access::RELOAD_INTERVAL,
-        );
-    }
-    let source = build_source(&cli)?;
-    let build_labels: Arc<str> = {
-        let mut s = String::new();
-        snapshot::push_label(&mut s, "version", env!("CARGO_PKG_VERSION"));
-        snapshot::push_label(&mut s, "source", &source.describe());
-        s.into()
-    };
-    let opts = SamplerOptions {
+    tracing::info!(counters = %source.describe(), "counters loaded");
+    let handle = Arc::new(plan_reload::PlanHandle::new(Arc::new(plan)));
+    let _guard = runtime.enter();
+    plan_reload::watch(
+        source,
+        handle.clone(),
+        hangup,
+        client,
+        access::RELOAD_INTERVAL,
+    );
+    Ok(handle)
+}
+
+/// `gpu_exporter_build_info`'s labels: the version and the GPU source.
+fn build_labels(source: &dyn GpuSource) -> Arc<str> {
+    let mut s = String::new();
+    snapshot::push_label(&mut s, "version", env!("CARGO_PKG_VERSION"));
+    snapshot::push_label(&mut s, "source", &source.describe());
+    s.into()
+}
+
+/// How the sampler labels series and what it collects besides the plan.
+fn sampler_options(cli: &Cli, node_name: Option<&str>) -> SamplerOptions {
+    SamplerOptions {
         interval: cli.interval(),
-        hostname: (!cli.no_hostname).then(|| (cli.hostname_label.clone(), node_name())),
+        hostname: (!cli.no_hostname).then(|| (cli.hostname_label.clone(), hostname(node_name))),
         replace_blanks_in_model_name: cli.replace_blanks_in_model_name,
         process_metrics: cli.process_metrics,
         pod_uid: cli.kubernetes_enable_pod_uid,
         virtual_gpus: cli.kubernetes_virtual_gpus,
         old_namespace: cli.use_old_namespace,
-    };
-    tracing::info!(source = %source.describe(), metrics = plan.metrics.len(), interval_ms = cli.collect_interval, "starting");
-    let store = Arc::new(snapshot::SnapshotStore::new(Snapshot::empty(
-        plan.clone(),
-        build_labels.clone(),
-    )));
-    let mut sampler = Sampler::new(source, plan, opts, build_labels)
-        .with_plan_updates(plan_handle)
-        .with_count_windows(
-            std::time::Duration::from_millis(cli.xid_count_window_size),
-            std::time::Duration::from_millis(cli.clock_events_count_window_size),
-        );
-    if let Some(k8s) = &k8s_opts {
-        sampler = sampler.with_attribution(start_attribution(k8s, runtime.handle()));
+    }
+}
+
+/// `sampler` with pod attribution (`-k`) and HPC job mapping
+/// (`--hpc-job-mapping-dir`), each where the flags ask for it, refreshed on `runtime`.
+fn start_attribution_and_jobs(
+    cli: &Cli,
+    k8s: Option<&KubernetesOptions>,
+    mut sampler: Sampler,
+    runtime: &tokio::runtime::Handle,
+) -> Sampler {
+    if let Some(k8s) = k8s {
+        sampler = sampler.with_attribution(start_attribution(k8s, runtime));
     }
     if let Some(dir) = cli
         .hpc_job_mapping_dir
@@ -296,19 +344,33 @@ pub fn run(cli: Cli) -> Result<()> {
         .filter(|d| !d.as_os_str().is_empty())
     {
         let jobs = Arc::new(ArcSwap::from_pointee(hpc::HpcJobs::default()));
-        hpc::watch(dir.clone(), jobs.clone(), runtime.handle());
+        hpc::watch(dir.clone(), jobs.clone(), runtime);
         sampler = sampler.with_hpc_jobs(jobs);
     }
-    // The demo's simulated Kubernetes node, held until exit.
-    #[cfg(feature = "demo")]
-    let (sampler, _demo_node) = demo::with_kube_node(&cli, sampler, runtime.handle())?;
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    let sampler_store = store.clone();
-    let sampler_thread = std::thread::Builder::new()
-        .name("sampler".into())
-        .spawn(move || sampler::run(sampler, sampler_store, stop_rx))
-        .map_err(Error::Serve)?;
+    sampler
+}
 
+/// The sampling thread, publishing into `store` until the returned sender is dropped.
+fn start_sampler(
+    sampler: Sampler,
+    store: Arc<snapshot::SnapshotStore>,
+) -> Result<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("sampler".into())
+        .spawn(move || sampler::run(sampler, store, stop_rx))
+        .map_err(Error::Serve)?;
+    Ok((stop_tx, thread))
+}
+
+/// Serve `/metrics` and the probes from `store` on `--address` (or the systemd
+/// socket), behind the web config's TLS and authentication, until a shutdown signal.
+async fn serve(
+    cli: &Cli,
+    store: Arc<snapshot::SnapshotStore>,
+    web: Option<(web_config::WebConfig, Option<ServerConfig>)>,
+    activated: Option<std::net::TcpListener>,
+) -> Result<()> {
     // Long polls may hold half the connection slots, so probes and scrapers keep theirs.
     let state = Arc::new(
         http::AppState::new(store, cli.interval(), cli.openmetrics)
@@ -318,50 +380,44 @@ pub fn run(cli: Cli) -> Result<()> {
     // Probes carry no credentials, so the paths open to everyone are the health paths.
     let mut limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
     limits.stats = state.listener.clone();
-    let served = runtime.block_on(async move {
-        let listener = match activated {
-            Some(socket) => socket
-                .set_nonblocking(true)
-                .and_then(|()| tokio::net::TcpListener::from_std(socket)),
-            None => tls_serving::bind(&address).await,
-        }
-        .map_err(|source| Error::Listen {
-            address: address.clone(),
-            source,
-        })?;
-        let local = listener.local_addr().map_err(Error::Serve)?;
-        let mut router = http::router(state);
-        let mut tls = None;
-        if let Some((config, server)) = web {
-            let handle: Option<tls_serving::TlsConfigHandle> =
-                server.map(|s| Arc::new(ArcSwap::from_pointee(s)));
-            let guard = Arc::new(access::Guard::new(&config));
-            access::watch(&config, handle.clone(), guard.clone());
-            router = access::protect(router, guard);
-            tracing::info!(
-                file = %config.path.display(),
-                tls = handle.is_some(),
-                basic_auth_users = config.users.len(),
-                exempt = ?access::UNAUTHENTICATED_PATHS,
-                "web config loaded"
-            );
-            tls = handle;
-        }
-        tracing::info!(address = %local, tls = tls.is_some(), "listening");
-        tls_serving::serve(
-            listener,
-            tls,
-            router,
-            limits,
-            kube_support::shutdown::signal(),
-        )
-        .await
-        .map_err(Error::Serve)
-    });
-    drop(stop_tx);
-    let _ = sampler_thread.join();
-    tracing::info!("stopped");
-    served
+    let listener = match activated {
+        Some(socket) => socket
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(socket)),
+        None => tls_serving::bind(&address).await,
+    }
+    .map_err(|source| Error::Listen {
+        address: address.clone(),
+        source,
+    })?;
+    let local = listener.local_addr().map_err(Error::Serve)?;
+    let mut router = http::router(state);
+    let mut tls = None;
+    if let Some((config, server)) = web {
+        let handle: Option<tls_serving::TlsConfigHandle> =
+            server.map(|s| Arc::new(ArcSwap::from_pointee(s)));
+        let guard = Arc::new(access::Guard::new(&config));
+        access::watch(&config, handle.clone(), guard.clone());
+        router = access::protect(router, guard);
+        tracing::info!(
+            file = %config.path.display(),
+            tls = handle.is_some(),
+            basic_auth_users = config.users.len(),
+            exempt = ?access::UNAUTHENTICATED_PATHS,
+            "web config loaded"
+        );
+        tls = handle;
+    }
+    tracing::info!(address = %local, tls = tls.is_some(), "listening");
+    tls_serving::serve(
+        listener,
+        tls,
+        router,
+        limits,
+        kube_support::shutdown::signal(),
+    )
+    .await
+    .map_err(Error::Serve)
 }
 
 /// The listening socket systemd passed (`--web-systemd-socket`, as exporter-toolkit

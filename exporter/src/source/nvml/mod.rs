@@ -20,7 +20,7 @@ mod discover;
 mod events;
 mod links;
 mod raw;
-mod sysfs;
+pub mod sysfs;
 
 use super::{GpuSource, Inventory, ProcessSample, Raw, ReadError, XidEvent};
 use crate::catalog::{LabelField, Quantity};
