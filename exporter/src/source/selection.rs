@@ -12,7 +12,7 @@
 //! others.
 
 use super::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError, XidEvent};
-use crate::catalog::{LabelField, Quantity};
+use crate::plan::catalog::{LabelField, Quantity};
 use std::collections::BTreeSet;
 use std::fmt;
 

@@ -854,7 +854,7 @@ fn the_adapter_long_polls_the_exporter_sample_by_sample() {
     let e = e2e_tests::attributed_exporter_with(
         &node,
         SCENARIO,
-        &["--log-level", "info,gpu_exporter::http=debug"],
+        &["--log-level", "info,gpu_exporter::serving::http=debug"],
     );
     let a = adapter_with_interval(&e, &node, "1h");
     let successes = || {

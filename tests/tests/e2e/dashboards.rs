@@ -296,8 +296,9 @@ fn references(text: &str) -> Vec<String> {
 
 /// The enabled fields of the exporter's default counters CSV (dcgm-exporter's list).
 fn default_fields() -> BTreeSet<String> {
-    let csv = std::fs::read_to_string(root().join("exporter/src/catalog/default-counters.csv"))
-        .expect("default counters");
+    let csv =
+        std::fs::read_to_string(root().join("exporter/src/plan/catalog/default-counters.csv"))
+            .expect("default counters");
     csv.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))

@@ -112,7 +112,7 @@ fn all_members(body: &[u8]) -> Vec<u8> {
 /// the cached member and the histogram from the per-scrape one.
 #[test]
 fn prometheus_reads_two_member_gzip_bodies_in_every_format() {
-    let env = [("RUST_LOG", "info,gpu_exporter::http=debug")];
+    let env = [("RUST_LOG", "info,gpu_exporter::serving::http=debug")];
     let args = ["--simulate=builtin:default", "-c", "500"];
     let text = Exporter::start(&args, &env);
     let om = Exporter::start(&[&args[..], &["--openmetrics"]].concat(), &env);

@@ -125,7 +125,7 @@ fn value(sample: &serde_json::Value) -> f64 {
 
 #[test]
 fn prometheus_with_native_histograms_negotiates_protobuf() {
-    let exporter = start(&[("RUST_LOG", "info,gpu_exporter::http=debug")]);
+    let exporter = start(&[("RUST_LOG", "info,gpu_exporter::serving::http=debug")]);
     let text = exporter.metrics_after_samples(3);
     let target = exporter.base.trim_start_matches("http://").to_string();
     let prom = Prometheus::start_with_args(

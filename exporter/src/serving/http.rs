@@ -662,7 +662,8 @@ mod tests {
 
     fn store() -> Arc<SnapshotStore> {
         let (plan, _) =
-            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "default").unwrap();
+            crate::plan::counters::plan(crate::plan::counters::DEFAULT_COUNTERS, "default")
+                .unwrap();
         let empty = || crate::snapshot::Snapshot::empty(Arc::new(plan.clone()), "".into());
         let store = Arc::new(SnapshotStore::new(empty()));
         store.store(Arc::new(empty()));
@@ -985,7 +986,7 @@ mod health_tests {
 
     fn state_with(edit: impl FnOnce(&mut Snapshot)) -> AppState {
         let plan = Arc::new(
-            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "test")
+            crate::plan::counters::plan(crate::plan::counters::DEFAULT_COUNTERS, "test")
                 .expect("default plan")
                 .0,
         );

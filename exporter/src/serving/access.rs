@@ -7,7 +7,7 @@
 //! probes cannot send credentials, and a throttled probe restarts the pod. They reveal
 //! only that the process runs and whether its GPU data is fresh.
 
-use crate::web_config::{RateLimit, WebConfig};
+use crate::serving::web_config::{RateLimit, WebConfig};
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{Request, State};
@@ -191,7 +191,7 @@ impl Policy {
             decoy_cost: config
                 .users
                 .values()
-                .filter_map(|h| crate::web_config::bcrypt_cost(h))
+                .filter_map(|h| crate::serving::web_config::bcrypt_cost(h))
                 .max()
                 .unwrap_or(DEFAULT_DECOY_COST),
             verdicts: Mutex::new(LruCache::new(

@@ -5,10 +5,10 @@
 //! by its DCGM name or by a legacy alias dcgm-exporter accepts (`dcgm_sm_clock`), and
 //! its family is served under the row's name, as dcgm-exporter serves it.
 
-use crate::catalog::{
+use crate::error::{Error, Result};
+use crate::plan::catalog::{
     self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope,
 };
-use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::path::Path;
@@ -400,7 +400,7 @@ mod tests {
     /// rows included (a help text with an unquoted comma would stop every exporter).
     #[test]
     fn the_deployed_list_plans_its_health_rows() {
-        let text = include_str!("../../deploy/base/exporter/counters.csv");
+        let text = include_str!("../../../deploy/base/exporter/counters.csv");
         let (p, _) = plan(text, "counters.csv").unwrap();
         for name in [
             "DCGM_FI_DEV_ROW_REMAP_PENDING",
@@ -504,7 +504,8 @@ mod tests {
     /// own 1.x name, first row first (the oracle is the file, read here line by line).
     #[test]
     fn dcgm_exporters_1x_file_plans_every_row_under_its_own_name() {
-        let text = include_str!("../../tests/fixtures/dcgm-exporter/1.x-compatibility-metrics.csv");
+        let text =
+            include_str!("../../../tests/fixtures/dcgm-exporter/1.x-compatibility-metrics.csv");
         let mut expected: Vec<&str> = Vec::new();
         for line in text
             .lines()
