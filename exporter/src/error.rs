@@ -51,6 +51,13 @@ pub enum Error {
     },
     #[error(transparent)]
     WebConfig(#[from] crate::serving::web_config::WebConfigError),
+    #[error(
+        "--kubernetes-pod-label-allowlist-regex {pattern:?} is not a regular expression: {source}"
+    )]
+    PodLabelPattern {
+        pattern: String,
+        source: regex::Error,
+    },
     /// Flags or a source they name that cannot be used.
     #[error("{0}")]
     Config(String),

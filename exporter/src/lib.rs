@@ -110,8 +110,7 @@ impl KubernetesOptions {
             keys,
             cli.kubernetes_enable_pod_labels,
             &cli.kubernetes_pod_label_allowlist_regex,
-        )
-        .map_err(Error::Config)?;
+        )?;
         Ok(KubernetesOptions {
             socket: cli.pod_resources_kubelet_socket.clone(),
             refresh_interval: cli.kubernetes_refresh_interval,

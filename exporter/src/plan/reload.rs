@@ -219,7 +219,7 @@ pub fn watch(
                     }
                     Err(e) => {
                         handle.failed();
-                        Err((e.to_string(), None))
+                        Err(tls_serving::ReloadError::new(e))
                     }
                 },
             );

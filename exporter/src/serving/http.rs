@@ -190,31 +190,47 @@ impl AppState {
 
     /// Whether the GPU data is fresh and covers at least one device, and why not: the
     /// one verdict behind `/readyz` and `/health`.
-    pub fn readiness(&self, now: Instant) -> Result<(), String> {
+    pub fn readiness(&self, now: Instant) -> Result<(), NotReady> {
         let snap = self.store.load();
         if snap.source_hung {
-            return Err("an NVML call has not returned (the driver is hung)".into());
+            return Err(NotReady::DriverHung);
         }
         match snap.success_age(now) {
-            None => Err("no successful GPU sample yet".into()),
-            Some(age) if age > self.max_age() => Err(format!(
-                "last successful GPU sample is {:.1}s old (limit {:.1}s)",
-                age.as_secs_f64(),
-                self.max_age().as_secs_f64()
-            )),
+            None => Err(NotReady::NoSampleYet),
+            Some(age) if age > self.max_age() => Err(NotReady::Stale {
+                age,
+                limit: self.max_age(),
+            }),
             // The driver answers but lists no GPU (or --devices selects none): nothing to
             // serve; the sampler keeps enumerating and the node turns ready when GPUs
             // appear. While the driver is down the snapshot lists no device either;
             // staleness, above, says so after its grace.
-            Some(_) if snap.source_up && snap.entities.is_empty() => Err(
-                "no GPU to report: the GPU driver answers but lists no GPU, or --devices selects none".into(),
-            ),
+            Some(_) if snap.source_up && snap.entities.is_empty() => Err(NotReady::NoGpu),
             Some(_) if snap.source_up && !snap.entities.iter().any(|e| e.up) => {
-                Err("every GPU is lost (fallen off the bus)".into())
+                Err(NotReady::AllGpusLost)
             }
             Some(_) => Ok(()),
         }
     }
+}
+
+/// Why the exporter is not ready: the text `/readyz` and `/health` answer with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotReady {
+    #[error("an NVML call has not returned (the driver is hung)")]
+    DriverHung,
+    #[error("no successful GPU sample yet")]
+    NoSampleYet,
+    #[error(
+        "last successful GPU sample is {:.1}s old (limit {:.1}s)",
+        age.as_secs_f64(),
+        limit.as_secs_f64()
+    )]
+    Stale { age: Duration, limit: Duration },
+    #[error("no GPU to report: the GPU driver answers but lists no GPU, or --devices selects none")]
+    NoGpu,
+    #[error("every GPU is lost (fallen off the bus)")]
+    AllGpusLost,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -1038,14 +1054,17 @@ mod health_tests {
                 "no successful GPU sample yet",
             ),
         ] {
-            let why = state.readiness(now).expect_err(says);
+            let why = state.readiness(now).expect_err(says).to_string();
             assert!(why.contains(says), "{why}");
         }
         // A driver that stopped answering a moment ago lists no device: within the
         // staleness grace that is not "no GPU".
         let down = state_with(|s| s.source_up = false);
         assert_eq!(down.readiness(now), Ok(()));
-        let stale = down.readiness(now + Duration::from_secs(4)).unwrap_err();
+        let stale = down
+            .readiness(now + Duration::from_secs(4))
+            .unwrap_err()
+            .to_string();
         assert!(stale.contains("old"), "{stale}");
     }
 }
