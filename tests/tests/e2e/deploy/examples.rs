@@ -4,7 +4,7 @@
 use super::*;
 use e2e_tests::hpa;
 use e2e_tests::quantity::milli_value;
-use e2e_tests::{KubeNode, Prometheus, attributed_exporter_with, try_wait_for};
+use e2e_tests::{KubeNode, Prometheus, attributed_exporter_with, query_value, try_wait_for};
 use gpu_metrics_adapter::fleet::GpuMetric;
 use std::time::Duration;
 
@@ -222,10 +222,7 @@ fn the_prometheus_trigger_query_returns_what_its_metric_type_needs() {
         1,
         "KEDA needs exactly one element from {query}: {result:?}"
     );
-    let got: f64 = result[0]["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .expect("a sample value");
+    let got = query_value(&result[0]);
     assert!(
         (got - want).abs() < 1e-9,
         "{query} = {got}, the scenario implies {want} for {metric_type} (per pod {per_pod:?})"
