@@ -8,7 +8,7 @@
 #   - prometheus-client (PyPI, pinned) whose parsers read the golden exposition files
 #     independently of this workspace (tests/tests/e2e/golden.rs),
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
-#     for the manifest tests (tests/tests/e2e/deploy.rs),
+#     for the manifest tests (tests/tests/e2e/deploy/),
 #   - go (Debian package `golang-go`) to build the real control plane of tests/kube
 #     (its Go modules come through the Go module proxy),
 #   - podman and runc (Debian; runc, not crun, which fails on some hosts' cgroup layout)

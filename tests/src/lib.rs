@@ -3,8 +3,10 @@
 
 pub mod cluster;
 pub mod fake_engine;
+pub mod flood;
 pub mod hpa;
 pub mod https;
+pub mod metrics_api;
 pub mod pki;
 pub mod quantity;
 pub mod serving_engine;
@@ -377,8 +379,12 @@ pub fn sample_value(body: &str, prefix: &str) -> Option<f64> {
                     Some(b' ') | Some(b'{') | Some(b',') | Some(b'}')
                 )
         })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .and_then(line_value)
+}
+
+/// The value of one text-exposition sample line (its last space-separated field).
+pub fn line_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse().ok()
 }
 
 /// Every sample line of a family (exact metric name).
@@ -524,6 +530,17 @@ impl Prometheus {
     }
 }
 
+/// The value of one sample of an `/api/v1/query` instant vector (`"value": [time,
+/// "number"]`), if it has one.
+pub fn try_query_value(sample: &serde_json::Value) -> Option<f64> {
+    sample["value"][1].as_str()?.parse().ok()
+}
+
+/// [`try_query_value`], for a sample that must have a value.
+pub fn query_value(sample: &serde_json::Value) -> f64 {
+    try_query_value(sample).unwrap_or_else(|| panic!("no numeric value in {sample}"))
+}
+
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 pub fn urlencode(s: &str) -> String {
     s.bytes()
@@ -548,7 +565,7 @@ pub fn series_values(body: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64
                 .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
         })
         .filter(|l| want_mig || !l.contains("GPU_I_ID="))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .filter_map(line_value)
         .collect()
 }
 
@@ -761,6 +778,26 @@ impl Adapter {
             .expect("gRPC address in the log")
             .to_string()
     }
+}
+
+/// The exporter on the golden-file node (`tests/fixtures/golden-node.toml`, every field of
+/// `tests/fixtures/all-fields.csv`, processes, OpenMetrics, sampling every 100 ms) as
+/// `NODE_NAME=golden-node`, with `extra_env`.
+pub fn golden_node_exporter(extra_env: &[(&str, &str)]) -> Exporter {
+    let mut env = vec![("NODE_NAME", "golden-node")];
+    env.extend_from_slice(extra_env);
+    Exporter::start(
+        &[
+            "--simulate=tests/fixtures/golden-node.toml",
+            "-f",
+            "tests/fixtures/all-fields.csv",
+            "--process-metrics",
+            "--openmetrics",
+            "-c",
+            "100",
+        ],
+        &env,
+    )
 }
 
 /// An exporter on `scenario`'s simulated GPUs, attributing them to pods through `node`

@@ -2,7 +2,7 @@
 //! GPUs, no pods), once in the default text format and once in OpenMetrics, and its
 //! query API shows every GPU with dcgm-exporter's labels.
 
-use e2e_tests::{Exporter, Prometheus, wait_for};
+use e2e_tests::{Exporter, Prometheus, query_value, wait_for};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -51,11 +51,7 @@ fn prometheus_scrapes_all_eight_gpus_with_dcgm_labels() {
                 .is_some_and(|p| p.starts_with("00000000:")),
             "{m}"
         );
-        let v: f64 = s["value"][1]
-            .as_str()
-            .expect("value")
-            .parse()
-            .expect("number");
+        let v = query_value(s);
         assert!((0.0..=100.0).contains(&v), "{v}");
     }
     assert_eq!(gpus, (0..8).map(|i| i.to_string()).collect());
@@ -163,7 +159,7 @@ fn prometheus_reads_two_member_gzip_bodies_in_every_format() {
             Duration::from_secs(60),
             || {
                 let r = prom.query(&format!("scrape_samples_scraped{{job=\"{job}\"}}"));
-                (r.len() == 1 && value(&r[0]) == series).then_some(())
+                (r.len() == 1 && query_value(&r[0]) == series).then_some(())
             },
         );
         assert_eq!(
@@ -173,18 +169,18 @@ fn prometheus_reads_two_member_gzip_bodies_in_every_format() {
         );
         let build = prom.query(&format!("gpu_exporter_build_info{{job=\"{job}\"}}"));
         assert_eq!(build.len(), 1, "{job}");
-        assert_eq!(value(&build[0]), 1.0);
+        assert_eq!(query_value(&build[0]), 1.0);
         // The per-scrape member: the histogram counts the scrapes before each one, so
         // it grows between two of Prometheus's scrapes.
         let count = format!("gpu_exporter_scrape_duration_seconds_count{{job=\"{job}\"}}");
-        let before = value(&prom.query(&count)[0]);
+        let before = query_value(&prom.query(&count)[0]);
         wait_for(
             &format!("job {job}'s scrape count to grow"),
             Duration::from_secs(30),
-            || (value(prom.query(&count).first()?) > before).then_some(()),
+            || (query_value(prom.query(&count).first()?) > before).then_some(()),
         );
         let up = prom.query(&format!("up{{job=\"{job}\"}}"));
-        assert_eq!(value(&up[0]), 1.0, "{job}");
+        assert_eq!(query_value(&up[0]), 1.0, "{job}");
     }
     // Every exporter served Prometheus gzip, in the format its job negotiated.
     for (exporter, format) in [(&text, "text"), (&om, "openmetrics"), (&pb, "protobuf")] {
@@ -196,12 +192,4 @@ fn prometheus_reads_two_member_gzip_bodies_in_every_format() {
             "no gzip {format} scrape in the log:\n{log}"
         );
     }
-}
-
-fn value(sample: &serde_json::Value) -> f64 {
-    sample["value"][1]
-        .as_str()
-        .expect("value")
-        .parse()
-        .expect("number")
 }
