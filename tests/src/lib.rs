@@ -37,6 +37,28 @@ pub fn target_profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// A Go tool that tests/kube/build.sh builds from its module under tests/kube into
+/// `target/kube/bin` (or `$KUBE_BIN_DIR`): the control plane, kwok, helm, and Prometheus 3
+/// with promtool (`prometheus`, `promtool`). Every test that runs one finds it here, never
+/// on `PATH`, so the version is the one tests/kube pins.
+pub fn go_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("KUBE_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/kube/bin"))
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run `bash tests/kube/build.sh` first (tests/run.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Prometheus 3's `promtool` (tests/kube/prometheus).
+pub fn promtool() -> Command {
+    Command::new(go_tool("promtool"))
+}
+
 /// A built workspace artifact (binary or cdylib). `cargo build --workspace` puts it in
 /// `target/<profile>`; under plain `cargo test` a cdylib stays in `target/<profile>/deps`.
 pub fn binary(name: &str) -> PathBuf {
@@ -400,13 +422,13 @@ pub fn samples<'a>(body: &'a str, name: &str) -> Vec<&'a str> {
 
 /// Run `promtool check metrics` on `text`: (exit code, findings).
 pub fn promtool_check_metrics(text: &str) -> (i32, String) {
-    let mut child = Command::new("promtool")
+    let mut child = promtool()
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("promtool is installed (tests/run installs the Debian package prometheus)");
+        .expect("run promtool");
     child
         .stdin
         .take()
@@ -467,8 +489,8 @@ pub fn assert_promtool_accepts_dcgm_exposition(body: &str) {
     }
 }
 
-/// A real Prometheus server on loopback with the given scrape jobs (name, target host:port,
-/// extra YAML lines for the job).
+/// A real Prometheus server (Prometheus 3, [`go_tool`]`("prometheus")`) on loopback with the
+/// given scrape jobs (name, target host:port, extra YAML lines for the job).
 pub struct Prometheus {
     pub process: Process,
     pub base: String,
@@ -497,7 +519,7 @@ impl Prometheus {
         let dir = scratch_dir("prometheus");
         std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
         let port = free_port();
-        let mut cmd = Command::new("prometheus");
+        let mut cmd = Command::new(go_tool("prometheus"));
         cmd.arg(format!(
             "--config.file={}",
             dir.join("prometheus.yml").display()

@@ -9,8 +9,8 @@ use gpu_exporter::encode::protobuf::{self, proto};
 use std::io::Read;
 use std::time::Duration;
 
-/// What Prometheus 2.42 sends with `--enable-feature=native-histograms`.
-const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+/// What Prometheus 3 sends with `scrape_native_histograms: true`.
+const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
 /// Self-metrics whose values change from one scrape or cycle to the next.
 const VOLATILE: &[&str] = &[
@@ -105,10 +105,7 @@ fn prometheus_with_native_histograms_negotiates_protobuf() {
     let exporter = golden_node_exporter(&[("RUST_LOG", "info,gpu_exporter::serving::http=debug")]);
     let text = exporter.metrics_after_samples(3);
     let target = exporter.base.trim_start_matches("http://").to_string();
-    let prom = Prometheus::start_with_args(
-        &[("pb", &target, "")],
-        &["--enable-feature=native-histograms"],
-    );
+    let prom = Prometheus::start(&[("pb", &target, "    scrape_native_histograms: true\n")]);
 
     // Every sample of a scrape is ingested: as many as the text body has lines.
     let series = text_series(&text).len();
