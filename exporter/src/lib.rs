@@ -372,7 +372,7 @@ async fn serve(
     // Long polls may hold half the connection slots, so probes and scrapers keep theirs.
     let state = Arc::new(
         serving::http::AppState::new(store, cli.interval(), cli.openmetrics)
-            .with_max_held(cli.max_connections as usize / 2),
+            .with_max_held(cli.listener.max_connections as usize / 2),
     );
     let address = cli.address.clone();
     // Probes carry no credentials, so the paths open to everyone are the health paths.

@@ -6,6 +6,7 @@
 //! - [`shutdown::signal`]: SIGINT or SIGTERM;
 //! - [`duration`]: Go's `time.ParseDuration`, the one grammar of every duration flag;
 //! - [`log_filter`]: the one grammar of `--log-level`, refused at startup when wrong;
+//! - [`listener_flags`]: the listener flags of both binaries, declared once;
 //! - [`config_file`]: configuration files read whole, regular files only, bounded;
 //! - [`watch`]: a watch that mirrors objects and restarts from a fresh list after
 //!   errors, with backoff;
@@ -18,6 +19,7 @@ mod client;
 /// Kubernetes dependencies, so the code lives in its own small crate.
 pub use config_file;
 pub mod duration;
+pub mod listener_flags;
 pub mod log_filter;
 pub mod proto;
 pub mod selector;

@@ -243,32 +243,9 @@ pub struct Cli {
     #[arg(long, value_parser = duration::parse_flag)]
     pub max_staleness: Option<Duration>,
 
-    // Listener limits (issue 20): every connection is bounded in time and number.
-    /// Close a connection with no request in progress for this long: before its first
-    /// request, between requests, and while an HTTP/1.1 request's headers trickle in
-    /// (slowloris).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_flag)]
-    pub http_idle_timeout: Duration,
-
-    /// A TLS client must finish its handshake within this.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse_flag)]
-    pub tls_handshake_timeout: Duration,
-
-    /// Connections served at once, per port (HTTPS and gRPC); more are closed at once, except a few that may only
-    /// ask /healthz, /readyz and /livez (HTTPS port) so probes still pass under a flood.
-    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_connections: u32,
-
-    /// Connections served at once from one client address per port, within
-    /// --max-connections, so one client cannot take every slot; its further connections
-    /// may only ask the health paths. Raise it when many clients share one address (a
-    /// proxy, SNAT).
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_connections_per_address: u32,
-
-    /// Streams an HTTP/2 client may have open at once on one connection.
-    #[arg(long, value_name = "N", default_value_t = 250, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub http2_max_streams_per_connection: u32,
+    /// The listener's bounds (shared with the exporter).
+    #[command(flatten)]
+    pub listener: kube_support::listener_flags::ListenerFlags<256>,
 
     /// Largest answer read from one exporter or one Prometheus query: 16Mi, five times
     /// a 10,000-GPU fleet's query answer. Bytes, or with a Ki, Mi or Gi suffix.
@@ -374,15 +351,7 @@ impl Cli {
     /// Bounds on the listener's connections, from the listener flags; the health
     /// reserve answers `health_paths` only.
     pub fn listener_limits(&self, health_paths: &[&str]) -> tls_serving::Limits {
-        tls_serving::Limits {
-            idle_timeout: self.http_idle_timeout,
-            handshake_timeout: self.tls_handshake_timeout,
-            max_connections: self.max_connections as usize,
-            max_connections_per_address: self.max_connections_per_address as usize,
-            http2_max_concurrent_streams: self.http2_max_streams_per_connection,
-            health_paths: health_paths.iter().map(|p| p.to_string()).collect(),
-            ..tls_serving::Limits::default()
-        }
+        self.listener.limits(health_paths)
     }
 
     /// The memory limits of the sources, checked against each other.
