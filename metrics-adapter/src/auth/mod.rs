@@ -39,10 +39,10 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::watcher;
+use kube_support::watch::Change;
 use tls_serving::PeerCertificates;
 
 use crate::api::ApiError;
@@ -337,7 +337,8 @@ fn describe(config: &AuthnConfig) {
 }
 
 /// Keeps the configuration current with the ConfigMap: the kube-apiserver rewrites it
-/// when its CAs rotate. A ConfigMap that does not build keeps the last good one.
+/// when its CAs rotate. A ConfigMap that does not build, or that is deleted, keeps the
+/// last good one; the shared watch re-lists after errors and logs an outage once.
 async fn watch_config_map(
     api: Api<ConfigMap>,
     sources: FlagSources,
@@ -346,23 +347,10 @@ async fn watch_config_map(
 ) {
     let selector =
         watcher::Config::default().fields(&format!("metadata.name={}", authn::CONFIG_MAP_NAME));
-    let mut events = std::pin::pin!(watcher(api, selector));
-    while let Some(event) = events.next().await {
-        let map = match event {
-            Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map)) => map,
-            Ok(watcher::Event::Delete(_)) => {
-                tracing::warn!("the authentication ConfigMap was deleted: keeping the last CAs");
-                continue;
-            }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "watching the authentication ConfigMap");
-                continue;
-            }
-        };
+    let apply = |map: ConfigMap| {
         let data = map.data.unwrap_or_default();
         if latest_data.load().as_ref().as_ref() == Some(&data) {
-            continue;
+            return;
         }
         match sources.build(Some(&data)) {
             Ok(built) => {
@@ -375,5 +363,21 @@ async fn watch_config_map(
                 tracing::error!(error = %e, "the authentication ConfigMap does not load: keeping the last CAs")
             }
         }
-    }
+    };
+    let deleted =
+        || tracing::warn!("the authentication ConfigMap was deleted: keeping the last CAs");
+    kube_support::watch::watch(api, selector, "authentication ConfigMap watch", |change| {
+        match change {
+            // The field selector names one object: a list holds it or nothing.
+            Change::Listed(maps) => match maps.into_iter().next() {
+                Some(map) => apply(map),
+                None if latest_data.load().is_some() => deleted(),
+                None => {}
+            },
+            Change::Applied(map) => apply(map),
+            Change::Deleted(_) => deleted(),
+            Change::Failed => {}
+        }
+    })
+    .await
 }
