@@ -25,7 +25,6 @@
 
 use e2e_tests::https::HttpsClient;
 use e2e_tests::pki::Ca;
-use e2e_tests::quantity::milli_value;
 use e2e_tests::{
     KubeNode, Process, fake_nvml, free_port, sample_value, samples, scratch_dir, try_get, wait_for,
     workspace,
@@ -969,16 +968,8 @@ fn the_adapter_image_answers_the_custom_metrics_api_over_https() {
     });
     let v: Value = serde_json::from_str(&answer).expect("JSON");
     assert_eq!(v["kind"], "MetricValueList", "{v}");
-    let items: BTreeMap<String, i64> = v["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| {
-            (
-                i["describedObject"]["name"].as_str().unwrap().to_string(),
-                milli_value(i["value"].as_str().unwrap()).expect("quantity"),
-            )
-        })
+    let items: BTreeMap<String, i64> = e2e_tests::metrics_api::items_milli(&v)
+        .into_iter()
         .collect();
     // The pods of namespace ml, each its GPU's utilisation as the exporter reports it.
     let expected: BTreeMap<String, i64> = ["train-0", "idx-0"]
@@ -987,7 +978,7 @@ fn the_adapter_image_answers_the_custom_metrics_api_over_https() {
             let util = samples(&exporter_body, "DCGM_FI_DEV_GPU_UTIL")
                 .into_iter()
                 .find(|l| l.contains(&format!("pod=\"{pod}\"")))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .and_then(e2e_tests::line_value)
                 .unwrap_or_else(|| panic!("no utilisation of {pod}"));
             (pod.to_string(), (util * 1000.0) as i64)
         })
