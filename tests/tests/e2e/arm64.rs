@@ -75,9 +75,12 @@ pub(crate) fn arm64_artifact(name: &str) -> PathBuf {
 /// A command running the arm64 binary `name` under user-mode emulation.
 fn emulated(name: &str) -> Command {
     let binary = arm64_artifact(name);
-    let out = Command::new(QEMU).arg("--version").output().unwrap_or_else(|e| {
-        panic!("{QEMU}: {e} (Debian package qemu-user-static; tests/setup.sh installs it)")
-    });
+    let out = Command::new(QEMU)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{QEMU}: {e} (Debian package qemu-user-static; tests/setup.sh installs it)")
+        });
     assert!(out.status.success(), "{QEMU} --version failed");
     assert!(
         std::path::Path::new(SYSROOT)
@@ -237,7 +240,10 @@ fn the_arm64_adapter_answers_the_custom_metrics_api_from_the_arm64_exporter() {
         .iter()
         .map(|i| {
             (
-                i["describedObject"]["name"].as_str().expect("name").to_string(),
+                i["describedObject"]["name"]
+                    .as_str()
+                    .expect("name")
+                    .to_string(),
                 milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
             )
         })

@@ -150,7 +150,9 @@ fn runnable(arch: &str) -> Result<(), String> {
         ));
     };
     if text.lines().next() != Some("enabled") {
-        return Err(format!("{entry} is disabled (update-binfmts --enable {qemu})"));
+        return Err(format!(
+            "{entry} is disabled (update-binfmts --enable {qemu})"
+        ));
     }
     let flags = text
         .lines()
@@ -908,13 +910,11 @@ fn each_tag_is_one_index_listing_both_architectures() {
         let entries = top["manifests"].as_array().expect("manifests");
         assert_eq!(entries.len(), 1, "{top}");
         assert_eq!(
-            entries[0]["mediaType"],
-            "application/vnd.oci.image.index.v1+json",
+            entries[0]["mediaType"], "application/vnd.oci.image.index.v1+json",
             "{top}"
         );
         assert_eq!(
-            entries[0]["annotations"]["org.opencontainers.image.ref.name"],
-            version,
+            entries[0]["annotations"]["org.opencontainers.image.ref.name"], version,
             "{top}"
         );
         // …listing one image per architecture…
@@ -932,7 +932,11 @@ fn each_tag_is_one_index_listing_both_architectures() {
                 config["config"]["Labels"]["org.opencontainers.image.version"],
                 version
             );
-            assert!(listed.insert(arch.to_string(), config_digest.to_string()).is_none());
+            assert!(
+                listed
+                    .insert(arch.to_string(), config_digest.to_string())
+                    .is_none()
+            );
         }
         assert_eq!(
             listed.keys().map(String::as_str).collect::<Vec<_>>(),
