@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command: install what the tests need when it is missing
 # (tests/setup.sh: wrk, binutils, nvidia-ml-py, gpustat, nvitop, nvitop-exporter and
-# all-smi, Go, podman), build the real Kubernetes control plane and Prometheus 3 with
-# promtool (tests/kube/build.sh), then run every test of the workspace: unit tests, the
-# fake libnvidia-ml's ABI tests, the end-to-end tests against real Prometheus 3, promtool,
-# nvidia-ml-py, gpustat, nvitop, nvitop-exporter, all-smi and the real control plane, and
-# the container images under podman. Before the tests, every fuzz target runs briefly.
+# all-smi, Go, podman, the arm64 cross toolchain and qemu), build the real Kubernetes
+# control plane and Prometheus 3 with promtool (tests/kube/build.sh), then run every
+# test of the workspace: unit tests, the fake libnvidia-ml's ABI tests, the end-to-end
+# tests against real Prometheus 3, promtool, nvidia-ml-py, gpustat, nvitop,
+# nvitop-exporter, all-smi and the real control plane, the arm64 binaries under qemu, and
+# the container images (amd64 and arm64) under podman. Before the tests, every fuzz target runs briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
@@ -21,6 +22,12 @@ cargo build --workspace --locked
 # build for the CPU.
 cargo build --release --locked -p gpu-exporter --no-default-features
 cargo build --release --locked -p gpu-metrics-adapter
+# The same for arm64 (Grace nodes), cross-compiled (.cargo/config.toml names the linker),
+# with the arm64 fake libnvidia-ml: the arm64 images and the emulated runs
+# (tests/tests/e2e/arm64.rs) take them from target/aarch64-unknown-linux-gnu/release.
+cargo build --release --locked --target aarch64-unknown-linux-gnu -p gpu-exporter --no-default-features
+cargo build --release --locked --target aarch64-unknown-linux-gnu -p gpu-metrics-adapter
+cargo build --release --locked --target aarch64-unknown-linux-gnu -p fake-nvml
 # Every fuzz target for a bounded time (FUZZ_SECONDS each, default 15), from its
 # committed seeds; any crash fails the run (tests/fuzz/run.sh).
 bash tests/fuzz/run.sh "${FUZZ_SECONDS:-15}"

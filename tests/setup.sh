@@ -20,7 +20,12 @@
 #     for the venv, protobuf-compiler, libprotobuf-dev and libdrm-dev (Debian) for
 #     all-smi's build,
 #   - the nightly Rust toolchain and cargo-fuzz (crates.io, pinned) for the fuzz targets
-#     (tests/fuzz/run.sh).
+#     (tests/fuzz/run.sh),
+#   - for arm64 (Grace nodes): the Rust target aarch64-unknown-linux-gnu, Debian's cross
+#     linker and arm64 glibc (gcc-aarch64-linux-gnu, libc6-dev-arm64-cross; .cargo/config.toml
+#     names the linker), qemu-user-static for the emulated runs (tests/tests/e2e/arm64.rs)
+#     and binfmt-support, which registers qemu-aarch64 with the kernel so podman runs the
+#     arm64 images (tests/tests/e2e/images.rs).
 # Idempotent and silent when everything is present; prints what it installs. Runs as
 # root, or through sudo otherwise.
 set -euo pipefail
@@ -97,6 +102,22 @@ fi
 # Debian's python3 has no ensurepip (so no `python3 -m venv`) without python3-venv.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
     apt_packages+=(python3-venv)
+fi
+
+# arm64: the cross linker with its sysroot (libc6-dev-arm64-cross, which brings
+# libc6-arm64-cross: the loader and libraries qemu runs the binaries on), the user-mode
+# emulator, and update-binfmts to register it.
+if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1; then
+    apt_packages+=(gcc-aarch64-linux-gnu)
+fi
+if [ ! -e /usr/aarch64-linux-gnu/lib/libc.so ]; then
+    apt_packages+=(libc6-dev-arm64-cross)
+fi
+if ! command -v qemu-aarch64-static >/dev/null 2>&1; then
+    apt_packages+=(qemu-user-static)
+fi
+if ! command -v update-binfmts >/dev/null 2>&1; then
+    apt_packages+=(binfmt-support)
 fi
 
 if [ "${#apt_packages[@]}" -gt 0 ]; then
@@ -185,6 +206,30 @@ fi
 if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz ${CARGO_FUZZ_VERSION}" ]; then
     echo "tests/setup.sh: installing cargo-fuzz ${CARGO_FUZZ_VERSION}"
     cargo install --locked --quiet cargo-fuzz --version "${CARGO_FUZZ_VERSION}"
+fi
+
+# The arm64 standard library, for the cross builds of tests/run.sh.
+if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    echo "tests/setup.sh: adding the Rust target aarch64-unknown-linux-gnu"
+    rustup target add aarch64-unknown-linux-gnu
+fi
+
+# podman runs the arm64 images through the kernel's binfmt_misc, qemu-aarch64-static as
+# their interpreter (flag F: loaded now, so it works inside containers). In a container
+# without systemd nothing mounts binfmt_misc or registers the emulator; do both. Where
+# the kernel or the container forbids it, say so: the arm64 image test then skips,
+# naming what is missing.
+binfmt=/proc/sys/fs/binfmt_misc
+if [ ! -e "$binfmt/register" ]; then
+    as_root mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null || true
+fi
+if [ -e "$binfmt/register" ] && ! grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
+    echo "tests/setup.sh: registering qemu-aarch64 with binfmt_misc"
+    as_root update-binfmts --enable qemu-aarch64 || true
+fi
+if ! grep -qx enabled "$binfmt/qemu-aarch64" 2>/dev/null; then
+    echo "tests/setup.sh: warning: qemu-aarch64 is not registered with binfmt_misc" \
+        "(cannot mount $binfmt or register it here): the arm64 image test will skip" >&2
 fi
 
 bash "$(dirname "${BASH_SOURCE[0]}")/install-peers.sh"

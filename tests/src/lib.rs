@@ -353,7 +353,12 @@ impl Exporter {
     /// Start the exporter with `args` (plus `-a 127.0.0.1:0`) and `envs`, from the
     /// workspace root, and wait until it listens.
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> Exporter {
-        let mut cmd = Command::new(binary("gpu-exporter"));
+        Exporter::start_with(Command::new(binary("gpu-exporter")), args, envs)
+    }
+
+    /// [`Exporter::start`] through `cmd`: another build of the exporter, or an emulator
+    /// whose arguments so far name one (the arm64 tests run it under qemu-aarch64).
+    pub fn start_with(mut cmd: Command, args: &[&str], envs: &[(&str, &str)]) -> Exporter {
         cmd.current_dir(workspace())
             .args(args)
             .args(["-a", "127.0.0.1:0"])
@@ -740,7 +745,12 @@ pub struct Adapter {
 impl Adapter {
     /// The adapter command with `args` after the serving flags.
     pub fn command(args: &[&str]) -> Command {
-        let mut cmd = Command::new(binary("gpu-metrics-adapter"));
+        Adapter::command_with(Command::new(binary("gpu-metrics-adapter")), args)
+    }
+
+    /// [`Adapter::command`] through `cmd`: another build of the adapter, or an emulator
+    /// whose arguments so far name one.
+    pub fn command_with(mut cmd: Command, args: &[&str]) -> Command {
         cmd.current_dir(workspace())
             .args(["--insecure-serve-http", "--bind-address", "127.0.0.1"])
             .args(["--secure-port", "0", "--grpc-port", "0"])
@@ -753,6 +763,11 @@ impl Adapter {
     /// Start it with `args` and wait until it listens.
     pub fn start(args: &[&str]) -> Adapter {
         Adapter::spawn(Adapter::command(args), "http")
+    }
+
+    /// Start `cmd` (from [`Adapter::command_with`]) and wait until it listens.
+    pub fn start_command(cmd: Command) -> Adapter {
+        Adapter::spawn(cmd, "http")
     }
 
     /// The adapter serving TLS with authentication and authorization (no

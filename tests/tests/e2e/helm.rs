@@ -7,7 +7,7 @@
 //! upgrade and uninstall in a real cluster (tests/kube/cluster.sh with DEPLOY_WITH=helm).
 
 use crate::cluster::{APISERVICES, apiservices_are_available, scaling_active, settle, step};
-use crate::deploy::{kustomize, tree, validate_yaml};
+use crate::deploy::{build, kustomizations, kustomize, tree, validate_yaml};
 use e2e_tests::cluster::Cluster;
 use e2e_tests::{binary, hpa, scratch_dir, workspace};
 use serde_json::{Value, json};
@@ -331,6 +331,107 @@ fn the_charts_render_what_kustomize_renders_for_every_choice() {
         let kustomized = validated(&kustomize(&dir), case);
         let helmed = render(&exporter, &adapter);
         assert_same(case, &kustomized, &helmed);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Architectures: the images are amd64 and arm64 (Grace nodes), one tag.
+
+/// What would pin a CPU architecture in `v`: the node label `kubernetes.io/arch` (or its
+/// beta form) anywhere (nodeSelector, node affinity, topology keys), or an amd64 name in
+/// any string (an image tag, a selector value), as JSON pointers.
+fn architecture_pins(v: &Value, at: &str, out: &mut Vec<String>) {
+    let pinned = |s: &str| {
+        let s = s.to_ascii_lowercase();
+        s.contains("kubernetes.io/arch")
+            || ["amd64", "x86_64", "x86-64"].iter().any(|a| s.contains(a))
+    };
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let here = format!("{at}/{k}");
+                if pinned(k) {
+                    out.push(here.clone());
+                }
+                architecture_pins(v, &here, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                architecture_pins(v, &format!("{at}/{i}"), out);
+            }
+        }
+        Value::String(s) if pinned(s) => out.push(format!("{at} = {s}")),
+        _ => {}
+    }
+}
+
+fn assert_unpinned(case: &str, objs: &[Value]) {
+    let mut pins = Vec::new();
+    for o in objs {
+        architecture_pins(o, &format!("{}/{}", kind(o), name(o)), &mut pins);
+    }
+    assert!(
+        pins.is_empty(),
+        "{case} pins a CPU architecture (the images are amd64 and arm64):\n{}",
+        pins.join("\n")
+    );
+}
+
+#[test]
+fn nothing_rendered_pins_a_cpu_architecture_unless_a_user_asks() {
+    // kustomize: every overlay and example, and the base with each component.
+    let mut renders = 0;
+    for parent in ["overlays", "examples"] {
+        for k in kustomizations(parent) {
+            let rel = format!("{parent}/{k}");
+            assert_unpinned(&format!("deploy/{rel}"), &build(&rel));
+            renders += 1;
+        }
+    }
+    for component in kustomizations("components") {
+        let mut list = vec!["external-metrics"];
+        if component != "external-metrics" {
+            list.push(&component);
+        }
+        let dir = composed(&format!("overlays/_arch-{component}"), &list);
+        let objs = validated(&kustomize(&dir), &component);
+        assert_unpinned(&format!("deploy/base with {component}"), &objs);
+        renders += 1;
+    }
+    assert!(renders >= 10, "only {renders} kustomize renders");
+
+    // helm: the charts' defaults and the choices that change the pod specs.
+    for (case, exporter, adapter) in [
+        ("the charts' defaults", vec![], vec![]),
+        (
+            "process attribution, serving discovery, the NVIDIA runtime class",
+            vec![
+                "--set",
+                "processAttribution.enabled=true",
+                "--set",
+                "runtimeClassName=nvidia",
+            ],
+            vec!["--set", "servingDiscovery.enabled=true"],
+        ),
+    ] {
+        assert_unpinned(&format!("helm, {case}"), &render(&exporter, &adapter));
+    }
+
+    // A user who wants one architecture says so, and it lands in the pod spec.
+    let objs = render(
+        &["--set", "nodeSelector.kubernetes\\.io/arch=arm64"],
+        &["--set", "nodeSelector.kubernetes\\.io/arch=arm64"],
+    );
+    for (k, n) in [
+        ("DaemonSet", "gpu-exporter"),
+        ("Deployment", "gpu-metrics-adapter"),
+    ] {
+        assert_eq!(
+            find(&objs, k, n)["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/arch"],
+            "arm64",
+            "{k}/{n}"
+        );
     }
 }
 

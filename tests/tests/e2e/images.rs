@@ -16,7 +16,12 @@
 //!   Service's EndpointSlice; it must answer the custom metrics API over HTTPS;
 //! - each image adds only its binary to its base: no shell, no package manager, no
 //!   NVIDIA library, at most 15 MiB, labelled and tagged with the crate version under
-//!   the names deploy/ uses.
+//!   the names deploy/ uses;
+//! - both are built for amd64 and arm64 (Grace nodes), each tag one OCI image index
+//!   listing both, each image labelled with its architecture; the arm64 exporter image
+//!   runs as the amd64 one does, under emulation (qemu-aarch64 registered with
+//!   binfmt_misc, as `tests/setup.sh` does it; where the kernel refuses that, the arm64
+//!   runs are skipped with a message naming what is missing).
 //!
 //! The containers run in the host's network namespace (neither manifest asks for it):
 //! the fake kubelet and API server listen on loopback, so every byte stays there. Ports
@@ -98,11 +103,82 @@ fn size(image: &str) -> u64 {
 }
 
 /// The two images, built once per test process by the build script exactly as a user
-/// runs it, and the base it chose.
+/// runs it (both architectures), the base it chose for this machine's architecture, and
+/// where it wrote the indexes.
 struct Images {
     exporter: String,
     adapter: String,
     base: String,
+    oci_dir: PathBuf,
+}
+
+/// The architectures the images are built for (OCI platform names).
+const ARCHES: [&str; 2] = ["amd64", "arm64"];
+
+/// This machine's architecture, as OCI names it.
+fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("the image tests run on amd64 or arm64, not {other}"),
+    }
+}
+
+/// The local tag of `image`'s build for `arch`.
+fn for_arch(image: &str, arch: &str) -> String {
+    format!("{image}-{arch}")
+}
+
+/// Whether podman can run `arch`'s images here: natively, or through qemu registered
+/// with binfmt_misc with its interpreter loaded at registration (flag F), so it works
+/// inside containers. Otherwise a line naming what is missing.
+fn runnable(arch: &str) -> Result<(), String> {
+    if arch == host_arch() {
+        return Ok(());
+    }
+    let qemu = match arch {
+        "arm64" => "qemu-aarch64",
+        "amd64" => "qemu-x86_64",
+        other => return Err(format!("no emulator known for {other}")),
+    };
+    let entry = format!("/proc/sys/fs/binfmt_misc/{qemu}");
+    let Ok(text) = std::fs::read_to_string(&entry) else {
+        return Err(format!(
+            "{entry} is missing: binfmt_misc is not mounted or {qemu} is not registered \
+             (tests/setup.sh does both; Debian packages qemu-user-static, binfmt-support)"
+        ));
+    };
+    if text.lines().next() != Some("enabled") {
+        return Err(format!(
+            "{entry} is disabled (update-binfmts --enable {qemu})"
+        ));
+    }
+    let flags = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flags: "))
+        .unwrap_or_default();
+    if !flags.contains('F') {
+        return Err(format!(
+            "{entry} lacks flag F: its interpreter cannot be found inside containers"
+        ));
+    }
+    Ok(())
+}
+
+/// Skip the rest of a test that runs `arch`'s image, visibly (straight to the test's
+/// stderr, not the captured output), when podman cannot run it here.
+fn skip_unless_runnable(arch: &str, what: &str) -> bool {
+    match runnable(arch) {
+        Ok(()) => false,
+        Err(missing) => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED: {what} on {arch}: {missing}"
+            );
+            true
+        }
+    }
 }
 
 fn images() -> &'static Images {
@@ -113,8 +189,11 @@ fn images() -> &'static Images {
             "the image tests run podman as root (rootful containers, files owned by the \
              manifests' groups)"
         );
+        let oci_dir = scratch_dir("images-oci");
         let mut cmd = Command::new("bash");
         cmd.arg(workspace().join("deploy/images/build.sh"))
+            .arg("--oci-dir")
+            .arg(&oci_dir)
             .current_dir(workspace());
         if let Ok(cargo) = std::env::var("CARGO") {
             cmd.env("CARGO", cargo);
@@ -127,6 +206,7 @@ fn images() -> &'static Images {
             exporter: refs[0].to_string(),
             adapter: refs[1].to_string(),
             base,
+            oci_dir,
         }
     })
 }
@@ -460,17 +540,24 @@ fn pod_resources_dir(node: &KubeNode) -> PathBuf {
 /// Where the NVIDIA container toolkit puts the host's `libnvidia-ml.so.1` in a
 /// Debian-based image (distroless is one): the multiarch library directory, which the
 /// dynamic loader searches without an `ld.so.cache`.
-fn toolkit_library_path() -> String {
-    format!(
-        "/usr/lib/{}-linux-gnu/libnvidia-ml.so.1",
-        std::env::consts::ARCH
-    )
+fn toolkit_library_path(arch: &str) -> String {
+    let gnu = match arch {
+        "amd64" => "x86_64",
+        "arm64" => "aarch64",
+        other => panic!("no multiarch directory known for {other}"),
+    };
+    format!("/usr/lib/{gnu}-linux-gnu/libnvidia-ml.so.1")
 }
 
 /// The exporter image as the DaemonSet runs it, on `node`, as `pod` says (the
 /// DaemonSet's pod, possibly with a changed security context). Returns the container
 /// and its metrics URL.
 fn run_exporter(node: &KubeNode, pod: &PodSpec) -> (Running, String) {
+    run_exporter_on(node, pod, host_arch())
+}
+
+/// [`run_exporter`] with `arch`'s image and that architecture's fake library.
+fn run_exporter_on(node: &KubeNode, pod: &PodSpec, arch: &str) -> (Running, String) {
     let images = images();
     let container = only_container(pod);
     assert_eq!(
@@ -489,7 +576,17 @@ fn run_exporter(node: &KubeNode, pod: &PodSpec) -> (Running, String) {
     .expect("copy counters.csv");
     let pod_resources = pod_resources_dir(node);
     let volumes: Volumes = &[("pod-resources", &pod_resources), ("counters", &counters)];
-    let mut options = run_options(pod, container, &images.exporter, volumes, NODE);
+    let image = if arch == host_arch() {
+        images.exporter.clone()
+    } else {
+        for_arch(&images.exporter, arch)
+    };
+    let library = match arch {
+        "arm64" => crate::arm64::arm64_artifact("libnvidia_ml.so"),
+        _ if arch == host_arch() => fake_nvml(),
+        other => panic!("no fake libnvidia-ml for {other}"),
+    };
+    let mut options = run_options(pod, container, &image, volumes, NODE);
 
     // What the cluster provides besides the manifest: the driver library (the NVIDIA
     // container toolkit), here the fake one with its scenario; API access (the service
@@ -499,8 +596,8 @@ fn run_exporter(node: &KubeNode, pod: &PodSpec) -> (Running, String) {
     options.extend([
         format!(
             "--volume={}:{}:ro",
-            fake_nvml().display(),
-            toolkit_library_path()
+            library.display(),
+            toolkit_library_path(arch)
         ),
         format!(
             "--volume={}:/var/run/gpu-sim/scenario.toml:ro",
@@ -519,7 +616,7 @@ fn run_exporter(node: &KubeNode, pod: &PodSpec) -> (Running, String) {
         !args.iter().any(|a| a == "-a" || a.starts_with("--address")),
         "the DaemonSet sets the address: DCGM_EXPORTER_LISTEN would not apply"
     );
-    let running = Running::start(&images.exporter, &options, &args);
+    let running = Running::start(&image, &options, &args);
     (running, format!("http://127.0.0.1:{port}"))
 }
 
@@ -612,33 +709,76 @@ fn attributed(body: &str) -> bool {
 // ---------------------------------------------------------------------------------
 // The tests
 
+/// The base `image` names in its labels, as the local image of `arch`: by name where
+/// that is the image of `arch`, else by the digest the build recorded (a base pulled for
+/// several architectures under one name).
+fn base_of(image: &str, arch: &str) -> String {
+    let name = label(image, "org.opencontainers.image.base.name");
+    if inspect(&name, "{{.Architecture}}") == arch {
+        return name;
+    }
+    let digest = label(image, "org.opencontainers.image.base.digest");
+    let repository = name.rsplit_once(':').map_or(name.as_str(), |(r, _)| r);
+    format!("{repository}@{digest}")
+}
+
 #[test]
 fn the_build_script_tags_what_deploy_runs_and_adds_only_the_binaries() {
     let images = images();
     let version = env!("CARGO_PKG_VERSION");
-    for (image, pod, binary) in [
-        (&images.exporter, daemonset_pod(), "gpu-exporter"),
-        (&images.adapter, deployment_pod(), "gpu-metrics-adapter"),
+    for (image, pod) in [
+        (&images.exporter, daemonset_pod()),
+        (&images.adapter, deployment_pod()),
     ] {
-        // The names and tags deploy/ runs, the tag the crate version (never latest),
-        // and the binary inside says the same version.
+        // The names and tags deploy/ runs, the tag the crate version (never latest); on
+        // this machine the tag is this architecture's image, as a pull gives it.
         assert_eq!(&deployed_image(only_container(&pod)), image);
         assert!(image.ends_with(&format!(":{version}")), "{image}");
-        assert_eq!(label(image, "org.opencontainers.image.version"), version);
-        assert_eq!(label(image, "org.opencontainers.image.title"), binary);
         assert_eq!(
-            label(image, "org.opencontainers.image.licenses"),
-            "Apache-2.0"
+            inspect(image, "{{.Id}}"),
+            inspect(&for_arch(image, host_arch()), "{{.Id}}"),
+            "{image} is not this machine's {} image",
+            host_arch()
         );
-        assert_eq!(
-            label(image, "org.opencontainers.image.base.name"),
-            images.base
-        );
-        let revision = label(image, "org.opencontainers.image.revision");
-        let head = run(Command::new("git")
-            .args(["rev-parse", "HEAD"])
-            .current_dir(workspace()));
-        assert!(revision.starts_with(head.trim()), "{revision} vs {head}");
+    }
+    for arch in ARCHES {
+        let exporter = for_arch(&images.exporter, arch);
+        let adapter = for_arch(&images.adapter, arch);
+        let base = base_of(&exporter, arch);
+        assert_eq!(base_of(&adapter, arch), base, "one base per architecture");
+        assert_eq!(inspect(&base, "{{.Architecture}}"), arch, "{base}");
+        if arch == host_arch() {
+            assert_eq!(base, images.base);
+        }
+        for (image, binary) in [
+            (&exporter, "gpu-exporter"),
+            (&adapter, "gpu-metrics-adapter"),
+        ] {
+            assert_adds_only_its_binary(image, binary, &base, arch, version);
+        }
+        assert_file_systems(&exporter, &adapter, &base);
+    }
+}
+
+/// `image` (of `arch`) is labelled, says its version, runs as non-root, and adds one
+/// layer to `base` holding only `binary`.
+fn assert_adds_only_its_binary(image: &str, binary: &str, base: &str, arch: &str, version: &str) {
+    assert_eq!(label(image, "org.opencontainers.image.version"), version);
+    assert_eq!(label(image, "org.opencontainers.image.title"), binary);
+    assert_eq!(
+        label(image, "org.opencontainers.image.licenses"),
+        "Apache-2.0"
+    );
+    assert_eq!(label(image, "architecture"), arch, "{image}");
+    assert_eq!(inspect(image, "{{.Architecture}}"), arch, "{image}");
+    assert_eq!(inspect(image, "{{.Os}}"), "linux", "{image}");
+    let revision = label(image, "org.opencontainers.image.revision");
+    let head = run(Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(workspace()));
+    assert!(revision.starts_with(head.trim()), "{revision} vs {head}");
+    // The binary inside says the same version (another architecture's through emulation).
+    if !skip_unless_runnable(arch, &format!("{image} --version")) {
         let said = run(podman().args([
             "run",
             "--rm",
@@ -649,52 +789,54 @@ fn the_build_script_tags_what_deploy_runs_and_adds_only_the_binaries() {
             "--version",
         ]));
         assert_eq!(said.trim(), format!("{binary} {version}"));
-
-        // Non-root by default, numerically (the kubelet checks runAsNonRoot on it).
-        let user = inspect(image, "{{.Config.User}}");
-        let uid: u32 = user
-            .split(':')
-            .next()
-            .and_then(|u| u.parse().ok())
-            .unwrap_or_else(|| panic!("{image}: user {user:?} is not numeric"));
-        assert_ne!(uid, 0, "{image} runs as root by default");
-        assert_eq!(
-            inspect(image, "{{json .Config.Entrypoint}}"),
-            format!("[\"/usr/bin/{binary}\"]")
-        );
-
-        // One layer over the base, holding the binary and nothing else.
-        let base_layers: Vec<String> =
-            serde_json::from_str(&inspect(&images.base, "{{json .RootFS.Layers}}")).unwrap();
-        let layers: Vec<String> =
-            serde_json::from_str(&inspect(image, "{{json .RootFS.Layers}}")).unwrap();
-        assert_eq!(layers[..layers.len() - 1], base_layers[..], "{image}");
-        let diff: Vec<String> = run(podman().args(["image", "diff", image, &images.base]))
-            .lines()
-            .map(str::to_string)
-            .collect();
-        let own = format!("/usr/bin/{binary}");
-        for line in &diff {
-            let (_kind, path) = line.split_once(' ').expect("diff line");
-            assert!(
-                path == own || own.starts_with(&format!("{path}/")),
-                "{image} changes {line} (diff: {diff:?})"
-            );
-        }
-        assert!(diff.iter().any(|l| l == &format!("A {own}")), "{diff:?}");
-        let added = size(image) - size(&images.base);
-        assert!(
-            added <= MAX_ADDED_BYTES,
-            "{image} adds {added} bytes to its base, more than 15 MiB"
-        );
     }
 
-    // What is in the file systems: no shell or package manager unless the base has one,
-    // no NVIDIA library in the exporter (the toolkit mounts the host's), CA
-    // certificates for the adapter.
-    let base = Mounted::new(&images.base);
-    let exporter = Mounted::new(&images.exporter);
-    let adapter = Mounted::new(&images.adapter);
+    // Non-root by default, numerically (the kubelet checks runAsNonRoot on it).
+    let user = inspect(image, "{{.Config.User}}");
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("{image}: user {user:?} is not numeric"));
+    assert_ne!(uid, 0, "{image} runs as root by default");
+    assert_eq!(
+        inspect(image, "{{json .Config.Entrypoint}}"),
+        format!("[\"/usr/bin/{binary}\"]")
+    );
+
+    // One layer over the base, holding the binary and nothing else.
+    let base_layers: Vec<String> =
+        serde_json::from_str(&inspect(base, "{{json .RootFS.Layers}}")).unwrap();
+    let layers: Vec<String> =
+        serde_json::from_str(&inspect(image, "{{json .RootFS.Layers}}")).unwrap();
+    assert_eq!(layers[..layers.len() - 1], base_layers[..], "{image}");
+    let diff: Vec<String> = run(podman().args(["image", "diff", image, base]))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let own = format!("/usr/bin/{binary}");
+    for line in &diff {
+        let (_kind, path) = line.split_once(' ').expect("diff line");
+        assert!(
+            path == own || own.starts_with(&format!("{path}/")),
+            "{image} changes {line} (diff: {diff:?})"
+        );
+    }
+    assert!(diff.iter().any(|l| l == &format!("A {own}")), "{diff:?}");
+    let added = size(image) - size(base);
+    assert!(
+        added <= MAX_ADDED_BYTES,
+        "{image} adds {added} bytes to its base, more than 15 MiB"
+    );
+}
+
+/// What is in the file systems: no shell or package manager unless the base has one,
+/// no NVIDIA library in the exporter (the toolkit mounts the host's), CA certificates
+/// for the adapter.
+fn assert_file_systems(exporter: &str, adapter: &str, base: &str) {
+    let base_fs = Mounted::new(base);
+    let exporter = Mounted::new(exporter);
+    let adapter = Mounted::new(adapter);
     for fs in [&exporter, &adapter] {
         let image = &fs.image;
         for tool in [
@@ -715,9 +857,8 @@ fn the_build_script_tags_what_deploy_runs_and_adds_only_the_binaries() {
             "/usr/bin/yum",
         ] {
             assert!(
-                !fs.exists(tool) || base.exists(tool),
-                "{image} has {tool}, its base {} does not",
-                images.base
+                !fs.exists(tool) || base_fs.exists(tool),
+                "{image} has {tool}, its base {base} does not"
             );
         }
         assert!(!fs.exists("/bin/sh"), "{image}: a shell (its base has one)");
@@ -732,6 +873,133 @@ fn the_build_script_tags_what_deploy_runs_and_adds_only_the_binaries() {
         bundle.matches("-----BEGIN CERTIFICATE-----").count() >= 1,
         "the adapter image's CA bundle holds no certificate"
     );
+}
+
+/// A blob of an OCI image layout, by digest, as JSON.
+fn oci_blob(layout: &Path, digest: &str) -> Value {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .unwrap_or_else(|| panic!("digest {digest}"));
+    let path = layout.join("blobs/sha256").join(hex);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let sum = run(Command::new("sha256sum").arg(&path));
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(hex),
+        "{} does not match its digest",
+        path.display()
+    );
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn each_tag_is_one_index_listing_both_architectures() {
+    let images = images();
+    let version = env!("CARGO_PKG_VERSION");
+    for (image, name) in [
+        (&images.exporter, "gpu-exporter"),
+        (&images.adapter, "gpu-metrics-adapter"),
+    ] {
+        // The OCI image layout build.sh wrote: one index, tagged with the version…
+        let layout = images.oci_dir.join(name);
+        let top: Value = serde_json::from_str(
+            &std::fs::read_to_string(layout.join("index.json")).expect("index.json"),
+        )
+        .expect("index.json");
+        let entries = top["manifests"].as_array().expect("manifests");
+        assert_eq!(entries.len(), 1, "{top}");
+        assert_eq!(
+            entries[0]["mediaType"], "application/vnd.oci.image.index.v1+json",
+            "{top}"
+        );
+        assert_eq!(
+            entries[0]["annotations"]["org.opencontainers.image.ref.name"], version,
+            "{top}"
+        );
+        // …listing one image per architecture…
+        let index = oci_blob(&layout, entries[0]["digest"].as_str().expect("digest"));
+        let mut listed = BTreeMap::new();
+        for m in index["manifests"].as_array().expect("manifests") {
+            assert_eq!(m["platform"]["os"], "linux", "{m}");
+            let arch = m["platform"]["architecture"].as_str().expect("arch");
+            let manifest = oci_blob(&layout, m["digest"].as_str().expect("digest"));
+            let config_digest = manifest["config"]["digest"].as_str().expect("config");
+            let config = oci_blob(&layout, config_digest);
+            assert_eq!(config["architecture"], arch, "{name} {arch}");
+            assert_eq!(config["config"]["Labels"]["architecture"], arch);
+            assert_eq!(
+                config["config"]["Labels"]["org.opencontainers.image.version"],
+                version
+            );
+            assert!(
+                listed
+                    .insert(arch.to_string(), config_digest.to_string())
+                    .is_none()
+            );
+        }
+        assert_eq!(
+            listed.keys().map(String::as_str).collect::<Vec<_>>(),
+            ARCHES.to_vec(),
+            "{name}'s index"
+        );
+        // …each exactly the image tagged locally for that architecture.
+        for (arch, config_digest) in &listed {
+            assert_eq!(
+                &format!("sha256:{}", inspect(&for_arch(image, arch), "{{.Id}}")),
+                config_digest,
+                "{name} {arch}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_arm64_exporter_image_attributes_gpus_under_the_daemonsets_security_settings() {
+    let images = images();
+    if skip_unless_runnable("arm64", "the exporter image") {
+        return;
+    }
+    let node = KubeNode::start(SCENARIO, NODE);
+    let pod = daemonset_pod();
+    let (mut exporter, base) = run_exporter_on(&node, &pod, "arm64");
+    let body = exporter.wait_for_body(
+        "GPU series attributed to pod train-0",
+        &format!("{base}/metrics"),
+        attributed,
+    );
+    let n = sim();
+    let uuid = &n.gpus[0].uuid;
+    let power = samples(&body, "DCGM_FI_DEV_POWER_USAGE");
+    let gpu0 = power
+        .iter()
+        .find(|l| l.contains(&format!("UUID=\"{uuid}\"")))
+        .unwrap_or_else(|| panic!("no power series of GPU 0 ({uuid}): {power:#?}"));
+    for label in ["pod=\"train-0\"", "app=\"trainer\"", "namespace=\"ml\""] {
+        assert!(gpu0.contains(label), "{label} missing from {gpu0}");
+    }
+    // The arm64 binary, on the arm64 library (NVML, not a simulation).
+    assert_eq!(
+        label(&for_arch(&images.exporter, "arm64"), "architecture"),
+        "arm64"
+    );
+    let build = samples(&body, "gpu_exporter_build_info");
+    assert!(
+        build.iter().any(|l| l.contains("source=\"nvml")),
+        "not read through NVML: {build:?}"
+    );
+    let container = only_container(&pod);
+    for probe in [&container.liveness_probe, &container.readiness_probe] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("an HTTP probe");
+        let path = get.path.as_deref().unwrap_or("/");
+        let (status, text) = try_get(&format!("{base}{path}"), &[]).expect("probe");
+        assert_eq!(status, 200, "probe {path}: {text}");
+    }
+    // The emulator is the process the kernel runs, with the settings in force.
+    let pid = exporter.host_pid();
+    assert_confined(pid, &pod, container);
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod adapter_composite;
 mod adapter_discovery;
 mod adapter_memory;
 mod adapter_prometheus;
+mod arm64;
 mod attribution;
 mod cluster;
 mod cluster_composite;

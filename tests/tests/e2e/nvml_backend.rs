@@ -9,7 +9,7 @@ use e2e_tests::{
 use std::time::Duration;
 
 /// Lines that legitimately differ between two exporter processes.
-fn comparable(body: &str) -> Vec<String> {
+pub(crate) fn comparable(body: &str) -> Vec<String> {
     const PROCESS_LOCAL: &[&str] = &[
         "gpu_exporter_samples_total",
         "gpu_exporter_sample_duration_seconds",
@@ -37,7 +37,7 @@ fn comparable(body: &str) -> Vec<String> {
     v
 }
 
-fn difference(a: &[String], b: &[String]) -> String {
+pub(crate) fn difference(a: &[String], b: &[String]) -> String {
     let only_a: Vec<&String> = a.iter().filter(|l| !b.contains(l)).take(5).collect();
     let only_b: Vec<&String> = b.iter().filter(|l| !a.contains(l)).take(5).collect();
     format!("only simulated: {only_a:#?}\nonly NVML: {only_b:#?}")

@@ -159,7 +159,7 @@ fn build_uncached(rel: &str) -> Vec<Value> {
 }
 
 /// The kustomization directories under `deploy/<parent>`.
-fn kustomizations(parent: &str) -> BTreeSet<String> {
+pub(crate) fn kustomizations(parent: &str) -> BTreeSet<String> {
     std::fs::read_dir(workspace().join("deploy").join(parent))
         .unwrap_or_else(|e| panic!("deploy/{parent}: {e}"))
         .filter_map(Result::ok)
