@@ -400,7 +400,7 @@ const NEGOTIATIONS: &[Negotiation] = &[
 /// and value for value (self-metrics that move between scrapes: series only).
 #[test]
 fn prometheus_3_stores_what_the_exporter_serves_under_every_negotiation() {
-    let env = [("RUST_LOG", "info,gpu_exporter::http=debug")];
+    let env = [("RUST_LOG", "info,gpu_exporter::serving::http=debug")];
     let args = [
         "--simulate=tests/fixtures/golden-node.toml",
         "-f",
