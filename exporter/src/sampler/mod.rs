@@ -19,7 +19,7 @@
 //!   cycle too, and `/readyz` says not ready until GPUs appear.
 
 mod build;
-mod cadence;
+pub mod cadence;
 mod devices;
 mod labels;
 mod plan;
@@ -246,10 +246,13 @@ impl Sampler {
                 probed
             }
             // GPUs or MIG instances came or went: a new inventory, right away. Checked
-            // at its own period (the MIG-layout check costs a driver call per GPU).
-            Some(_) => {
+            // at its own period (the MIG-layout check costs a driver call per GPU), and
+            // every cycle while the driver lists no GPU (nothing to read, not ready).
+            Some(ref d) => {
                 self.device_set_age += 1;
-                if self.device_set_age >= self.cadence.device_set() {
+                if self.device_set_age >= self.cadence.device_set()
+                    || d.inventory.entities.is_empty()
+                {
                     self.device_set_age = 0;
                     let changed = self.source.device_set_changed();
                     tracing::trace!(took = ?started.elapsed(), changed, "checked the device set");

@@ -10,6 +10,7 @@ mod adapter_discovery;
 mod adapter_memory;
 mod adapter_prometheus;
 mod attribution;
+mod cadence;
 mod cluster;
 mod cluster_composite;
 mod counters_reload;

@@ -16,6 +16,8 @@ struct Counting {
     /// Energy reads that fail (by read number, from 1).
     fail_energy_read: Option<usize>,
     energy_reads: usize,
+    /// The driver lists no GPU.
+    no_gpus: bool,
 }
 
 impl GpuSource for Counting {
@@ -26,7 +28,11 @@ impl GpuSource for Counting {
         Ok(Inventory {
             driver_version: "1".into(),
             nvml_version: "1".into(),
-            entities: vec![gpu(0)],
+            entities: if self.no_gpus {
+                Vec::new()
+            } else {
+                vec![gpu(0)]
+            },
         })
     }
     fn probe(&mut self) -> Result<(), ReadError> {
@@ -170,4 +176,17 @@ fn every_period_at_one_cycle_reads_every_field_every_cycle() {
         got,
         (1..=4).map(|c| (int(c), int(1000 * c))).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn a_driver_that_lists_no_gpu_is_asked_every_cycle_whatever_the_period() {
+    let source = Counting {
+        no_gpus: true,
+        ..Counting::default()
+    };
+    let mut s = counting_sampler(&source, "device-set=10s");
+    for _ in 0..4 {
+        s.cycle();
+    }
+    assert_eq!(source.device_checks.load(Ordering::SeqCst), 3);
 }
