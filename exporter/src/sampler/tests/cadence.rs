@@ -101,7 +101,7 @@ fn served(s: &mut Sampler, n: usize) -> Vec<(Option<Value>, Option<Value>)> {
     (0..n)
         .map(|_| {
             let snap = s.cycle();
-            (snap.values[0].clone(), snap.values[1].clone())
+            (snap.values[0], snap.values[1])
         })
         .collect()
 }
