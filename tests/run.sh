@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The project's test command: install what the tests need when it is missing
-# (tests/setup.sh: Prometheus and promtool, wrk, binutils, nvidia-ml-py, gpustat, nvitop,
-# nvitop-exporter and all-smi, Go, podman), build the real Kubernetes control plane
-# (tests/kube/build.sh), then run every test of the workspace: unit tests, the fake
-# libnvidia-ml's ABI tests, the end-to-end tests against real Prometheus, promtool,
+# (tests/setup.sh: wrk, binutils, nvidia-ml-py, gpustat, nvitop, nvitop-exporter and
+# all-smi, Go, podman), build the real Kubernetes control plane and Prometheus 3 with
+# promtool (tests/kube/build.sh), then run every test of the workspace: unit tests, the
+# fake libnvidia-ml's ABI tests, the end-to-end tests against real Prometheus 3, promtool,
 # nvidia-ml-py, gpustat, nvitop, nvitop-exporter, all-smi and the real control plane, and
 # the container images under podman. Before the tests, every fuzz target runs briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
 # The real control plane (tests/kube): kube-apiserver, controller-manager, scheduler,
-# kubectl, etcd and kwok from their Go modules, cached in target/kube/bin.
+# kubectl, etcd, kwok and helm, and Prometheus 3 with promtool, from their Go modules,
+# cached in target/kube/bin.
 bash tests/kube/build.sh
 # The end-to-end tests run the built binaries: the exporter and the fake libnvidia-ml.
 cargo build --workspace --locked

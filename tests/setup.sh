@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Install what the end-to-end tests need on a fresh Debian machine, and nothing else:
-#   - promtool and prometheus (Debian package `prometheus`) for the promtool/Prometheus tests,
 #   - wrk (Debian package `wrk`) for the load tests,
 #   - nm and readelf (Debian package `binutils`) for fake-nvml's exported-symbol tests,
 #   - pynvml (PyPI package `nvidia-ml-py`, pinned) for the NVML fidelity test, and gpustat
@@ -8,9 +7,11 @@
 #   - prometheus-client (PyPI, pinned) whose parsers read the golden exposition files
 #     independently of this workspace (tests/tests/e2e/golden.rs),
 #   - kubernetes-validate (PyPI, pinned; brings jsonschema and PyYAML) and openssl (Debian)
-#     for the manifest tests (tests/tests/e2e/deploy.rs),
-#   - go (Debian package `golang-go`) to build the real control plane of tests/kube
-#     (its Go modules come through the Go module proxy),
+#     for the manifest tests (tests/tests/e2e/deploy/),
+#   - go (Debian package `golang-go`) to build the real control plane of tests/kube and
+#     Prometheus 3 with promtool (tests/kube/prometheus), which every Prometheus and
+#     promtool test runs from target/kube/bin (their Go modules come through the Go
+#     module proxy),
 #   - podman and runc (Debian; runc, not crun, which fails on some hosts' cgroup layout)
 #     and ca-certificates for the container image tests (tests/tests/e2e/images.rs),
 #   - the peer NVML tools nvitop-exporter (PyPI, in a venv) and all-smi (crates.io, built
@@ -48,9 +49,6 @@ as_root() {
 }
 
 apt_packages=()
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    apt_packages+=(prometheus)
-fi
 if ! command -v wrk >/dev/null 2>&1; then
     apt_packages+=(wrk)
 fi

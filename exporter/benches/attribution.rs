@@ -22,7 +22,7 @@ use gpu_exporter::attribution::Attributor;
 use gpu_exporter::attribution::device_id::DeviceId;
 use gpu_exporter::attribution::kubelet::{AllocatedDevice, Allocation, KubeletView};
 use gpu_exporter::attribution::pods::{PodDirectory, PodInfo};
-use gpu_exporter::counters;
+use gpu_exporter::plan::counters;
 use gpu_exporter::sampler::{Sampler, SamplerOptions};
 use gpu_exporter::source::simulated::SimulatedSource;
 use std::hint::black_box;

@@ -17,7 +17,7 @@
 //! whatever the machine has); `exporter/benches/real-gpu.sh` does this.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpu_exporter::counters::{self, ExportPlan};
+use gpu_exporter::plan::counters::{self, ExportPlan};
 use gpu_exporter::sampler::{Sampler, SamplerOptions};
 use gpu_exporter::source::GpuSource;
 use gpu_exporter::source::nvml::NvmlSource;

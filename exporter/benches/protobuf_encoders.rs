@@ -10,8 +10,8 @@
 #![allow(unsafe_code)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpu_exporter::counters;
 use gpu_exporter::encode::{self, Format};
+use gpu_exporter::plan::counters;
 use gpu_exporter::sampler::{Sampler, SamplerOptions};
 use gpu_exporter::snapshot::Snapshot;
 use gpu_exporter::source::simulated::SimulatedSource;

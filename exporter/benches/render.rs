@@ -8,8 +8,8 @@
 //! count printed first.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use gpu_exporter::counters::{self, ExportPlan};
 use gpu_exporter::encode::{self, Format, ScrapeStats};
+use gpu_exporter::plan::counters::{self, ExportPlan};
 use gpu_exporter::sampler::{Sampler, SamplerOptions};
 use gpu_exporter::snapshot::{Snapshot, Value};
 use gpu_exporter::source::simulated::SimulatedSource;

@@ -562,17 +562,20 @@ fn path_or_empty(text: &str) -> Result<PathBuf, std::convert::Infallible> {
 
 /// A boolean as Go's strconv.ParseBool reads it (dcgm-exporter's flags and environment
 /// variables): 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False.
-pub fn go_bool(text: &str) -> Result<bool, String> {
+pub fn go_bool(text: &str) -> Result<bool, NotABoolean> {
     match text {
         // An empty environment variable leaves a flag unset, as in dcgm-exporter.
         "" => Ok(false),
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        other => Err(format!(
-            "{other:?} is not a boolean (true, false, 1, 0, t, f, TRUE, FALSE, True, False)"
-        )),
+        other => Err(NotABoolean(other.into())),
     }
 }
+
+/// A flag value that Go's strconv.ParseBool refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a boolean (true, false, 1, 0, t, f, TRUE, FALSE, True, False)")]
+pub struct NotABoolean(String);
 
 #[cfg(test)]
 mod tests {

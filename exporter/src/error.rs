@@ -17,7 +17,7 @@ pub enum Error {
     /// retry) are never shown.
     #[error(
         "{file}:{line}: unknown DCGM field {name:?}; closest known fields: {}",
-        crate::catalog::closest_names(name).join(", ")
+        crate::plan::catalog::closest_names(name).join(", ")
     )]
     CountersUnknownField {
         file: String,
@@ -50,7 +50,14 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(transparent)]
-    WebConfig(#[from] crate::web_config::WebConfigError),
+    WebConfig(#[from] crate::serving::web_config::WebConfigError),
+    #[error(
+        "--kubernetes-pod-label-allowlist-regex {pattern:?} is not a regular expression: {source}"
+    )]
+    PodLabelPattern {
+        pattern: String,
+        source: regex::Error,
+    },
     /// Flags or a source they name that cannot be used.
     #[error("{0}")]
     Config(String),

@@ -8,7 +8,7 @@
 //! `health_error_code` (`DCGM_FR_*`) as dcgm-exporter prints them. Only the watches
 //! NVML can speak for are exported; PMU, MCU, SM, INFOROM and DRIVER are not.
 
-use crate::catalog::Quantity;
+use crate::plan::catalog::Quantity;
 use crate::source::Raw;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -76,7 +76,7 @@ impl std::fmt::Display for Problem {
 /// The job IDs in a mapping file's text: one per line, surrounding blanks trimmed,
 /// blank lines skipped. A line with inner blanks or control characters, or longer than
 /// a job ID can be, is an error naming the line.
-pub fn parse(text: &str) -> Result<Vec<String>, (usize, String)> {
+pub fn parse(text: &str) -> Result<Vec<String>, BadLine> {
     let mut jobs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let job = line.trim();
@@ -84,24 +84,41 @@ pub fn parse(text: &str) -> Result<Vec<String>, (usize, String)> {
             continue;
         }
         if job.len() > MAX_JOB_ID {
-            return Err((
-                i + 1,
-                format!("a job ID of {} bytes (at most {MAX_JOB_ID})", job.len()),
-            ));
+            return Err(BadLine {
+                line: i + 1,
+                why: BadJobId::TooLong(job.len()),
+            });
         }
         if let Some(c) = job.chars().find(|c| c.is_whitespace() || c.is_control()) {
-            return Err((
-                i + 1,
-                format!(
-                    "{job:?} is not one job ID (it contains {c:?}); expected one job ID per line"
-                ),
-            ));
+            return Err(BadLine {
+                line: i + 1,
+                why: BadJobId::NotOne {
+                    job: job.to_string(),
+                    found: c,
+                },
+            });
         }
         if !jobs.iter().any(|j| j == job) {
             jobs.push(job.to_string());
         }
     }
     Ok(jobs)
+}
+
+/// A mapping file's line that is not one job ID: which (1-based), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLine {
+    pub line: usize,
+    pub why: BadJobId,
+}
+
+/// Why a line is not one job ID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadJobId {
+    #[error("a job ID of {0} bytes (at most {MAX_JOB_ID})")]
+    TooLong(usize),
+    #[error("{job:?} is not one job ID (it contains {found:?}); expected one job ID per line")]
+    NotOne { job: String, found: char },
 }
 
 /// Device key → its jobs.
@@ -139,7 +156,7 @@ pub fn read_dir(dir: &Path) -> std::io::Result<(JobsByDevice, Vec<(String, Probl
                         jobs.insert(name, list);
                     }
                 }
-                Err((line, message)) => problems.push((name, problem(line, message))),
+                Err(BadLine { line, why }) => problems.push((name, problem(line, why.to_string()))),
             },
         }
     }
@@ -255,12 +272,13 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_one_job_id_is_an_error_naming_the_line() {
-        let (line, message) = parse("1001\njob 2\n").unwrap_err();
+        let BadLine { line, why } = parse("1001\njob 2\n").unwrap_err();
         assert_eq!(line, 2);
+        let message = why.to_string();
         assert!(message.contains("job 2"), "{message}");
         let long = "9".repeat(MAX_JOB_ID + 1);
-        assert_eq!(parse(&format!("1\n2\n{long}")).unwrap_err().0, 3);
-        assert_eq!(parse("a\u{7}b").unwrap_err().0, 1);
+        assert_eq!(parse(&format!("1\n2\n{long}")).unwrap_err().line, 3);
+        assert_eq!(parse("a\u{7}b").unwrap_err().line, 1);
     }
 
     #[test]

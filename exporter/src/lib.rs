@@ -4,28 +4,24 @@
 //! labels and counters-CSV format. Data flows one way:
 //!
 //! [`source`] (NVML or simulated) → [`sampler`] (background thread) →
-//! [`snapshot`] (immutable, swapped atomically) → [`encode`] (per scrape) → [`http`].
+//! [`snapshot`] (immutable, swapped atomically) → [`encode`] (per scrape) → [`serving`].
 //!
-//! [`catalog`] knows every servable field; [`counters`] turns a counters CSV into the
-//! plan of what to export.
+//! [`plan`] says what to export: its catalog knows every servable field, and the
+//! counters CSV picks from it.
 
-pub mod access;
 pub mod attribution;
-pub mod catalog;
 pub mod config;
-pub mod counters;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod encode;
 pub mod error;
 pub mod health;
 pub mod hpc;
-pub mod http;
-pub mod plan_reload;
+pub mod plan;
 pub mod sampler;
+pub mod serving;
 pub mod snapshot;
 pub mod source;
-pub mod web_config;
 
 use crate::config::Cli;
 use crate::error::{Error, Result};
@@ -78,8 +74,8 @@ fn all_devices(cli: &Cli) -> Result<Box<dyn GpuSource>> {
 
 /// Load the counters plan named by `-f` (or the built-in one), logging its warnings; a
 /// ConfigMap (`-m`) is read by [`run`] through the API server.
-pub fn load_plan(cli: &Cli) -> Result<counters::ExportPlan> {
-    plan_reload::load_local(&plan_reload::PlanSource::new(
+pub fn load_plan(cli: &Cli) -> Result<plan::counters::ExportPlan> {
+    plan::reload::load_local(&plan::reload::PlanSource::new(
         "none",
         cli.collectors.as_deref(),
     )?)
@@ -114,8 +110,7 @@ impl KubernetesOptions {
             keys,
             cli.kubernetes_enable_pod_labels,
             &cli.kubernetes_pod_label_allowlist_regex,
-        )
-        .map_err(Error::Config)?;
+        )?;
         Ok(KubernetesOptions {
             socket: cli.pod_resources_kubelet_socket.clone(),
             refresh_interval: cli.kubernetes_refresh_interval,
@@ -205,7 +200,8 @@ pub fn run(cli: Cli) -> Result<()> {
     tls_serving::install_crypto_provider();
     // What can be wrong in the flags and files, before the GPUs are touched.
     let web = load_web_config(&cli)?;
-    let plan_source = plan_reload::PlanSource::new(&cli.configmap_data, cli.collectors.as_deref())?;
+    let plan_source =
+        plan::reload::PlanSource::new(&cli.configmap_data, cli.collectors.as_deref())?;
     let node_name = node_name_from_env();
     let k8s = cli
         .kubernetes
@@ -249,13 +245,15 @@ pub fn run(cli: Cli) -> Result<()> {
 
 /// The web config (`--web-config-file`) and the TLS server configuration it gives; a
 /// bad one stops startup.
-fn load_web_config(cli: &Cli) -> Result<Option<(web_config::WebConfig, Option<ServerConfig>)>> {
+fn load_web_config(
+    cli: &Cli,
+) -> Result<Option<(serving::web_config::WebConfig, Option<ServerConfig>)>> {
     let Some(path) = cli.web_config_file() else {
         return Ok(None);
     };
-    let config = web_config::WebConfig::load(path)?;
+    let config = serving::web_config::WebConfig::load(path)?;
     let server = config.server_config()?;
-    access::warn_if_insecure(&config);
+    serving::access::warn_if_insecure(&config);
     Ok(Some((config, server)))
 }
 
@@ -276,36 +274,36 @@ fn start_runtime() -> Result<tokio::runtime::Runtime> {
 /// and its reloading on changes and on SIGHUP.
 fn start_plan(
     cli: &Cli,
-    source: plan_reload::PlanSource,
+    source: plan::reload::PlanSource,
     runtime: &tokio::runtime::Runtime,
-) -> Result<Arc<plan_reload::PlanHandle>> {
+) -> Result<Arc<plan::reload::PlanHandle>> {
     // A SIGHUP reloads the counters, whatever their source; never the default action
     // (ending the process).
     let hangup = Arc::new(tokio::sync::Notify::new());
     runtime
-        .block_on(async { plan_reload::forward_sighup(hangup.clone()) })
+        .block_on(async { plan::reload::forward_sighup(hangup.clone()) })
         .map_err(Error::Serve)?;
     let (plan, client) = match &source {
-        plan_reload::PlanSource::ConfigMap { namespace, name } => runtime.block_on(async {
+        plan::reload::PlanSource::ConfigMap { namespace, name } => runtime.block_on(async {
             let client = kube_support::client(cli.kubeconfig.as_deref())
                 .await
                 .map_err(|e| Error::Config(format!("--configmap-data needs API access: {e}")))?;
-            let text = plan_reload::fetch_configmap(&client, namespace, name).await?;
-            let (plan, warnings) = counters::plan(&text, &source.describe())?;
-            plan_reload::log_warnings(warnings);
+            let text = plan::reload::fetch_configmap(&client, namespace, name).await?;
+            let (plan, warnings) = plan::counters::plan(&text, &source.describe())?;
+            plan::reload::log_warnings(warnings);
             Ok::<_, Error>((plan, Some(client)))
         })?,
-        local => (plan_reload::load_local(local)?, None),
+        local => (plan::reload::load_local(local)?, None),
     };
     tracing::info!(counters = %source.describe(), "counters loaded");
-    let handle = Arc::new(plan_reload::PlanHandle::new(Arc::new(plan)));
+    let handle = Arc::new(plan::reload::PlanHandle::new(Arc::new(plan)));
     let _guard = runtime.enter();
-    plan_reload::watch(
+    plan::reload::watch(
         source,
         handle.clone(),
         hangup,
         client,
-        access::RELOAD_INTERVAL,
+        serving::access::RELOAD_INTERVAL,
     );
     Ok(handle)
 }
@@ -372,17 +370,17 @@ fn start_sampler(
 async fn serve(
     cli: &Cli,
     store: Arc<snapshot::SnapshotStore>,
-    web: Option<(web_config::WebConfig, Option<ServerConfig>)>,
+    web: Option<(serving::web_config::WebConfig, Option<ServerConfig>)>,
     activated: Option<std::net::TcpListener>,
 ) -> Result<()> {
     // Long polls may hold half the connection slots, so probes and scrapers keep theirs.
     let state = Arc::new(
-        http::AppState::new(store, cli.interval(), cli.openmetrics)
+        serving::http::AppState::new(store, cli.interval(), cli.openmetrics)
             .with_max_held(cli.max_connections as usize / 2),
     );
     let address = cli.address.clone();
     // Probes carry no credentials, so the paths open to everyone are the health paths.
-    let mut limits = cli.listener_limits(access::UNAUTHENTICATED_PATHS);
+    let mut limits = cli.listener_limits(serving::access::UNAUTHENTICATED_PATHS);
     limits.stats = state.listener.clone();
     let listener = match activated {
         Some(socket) => socket
@@ -395,19 +393,19 @@ async fn serve(
         source,
     })?;
     let local = listener.local_addr().map_err(Error::Serve)?;
-    let mut router = http::router(state);
+    let mut router = serving::http::router(state);
     let mut tls = None;
     if let Some((config, server)) = web {
         let handle: Option<tls_serving::TlsConfigHandle> =
             server.map(|s| Arc::new(ArcSwap::from_pointee(s)));
-        let guard = Arc::new(access::Guard::new(&config));
-        access::watch(&config, handle.clone(), guard.clone());
-        router = access::protect(router, guard);
+        let guard = Arc::new(serving::access::Guard::new(&config));
+        serving::access::watch(&config, handle.clone(), guard.clone());
+        router = serving::access::protect(router, guard);
         tracing::info!(
             file = %config.path.display(),
             tls = handle.is_some(),
             basic_auth_users = config.users.len(),
-            exempt = ?access::UNAUTHENTICATED_PATHS,
+            exempt = ?serving::access::UNAUTHENTICATED_PATHS,
             "web config loaded"
         );
         tls = handle;

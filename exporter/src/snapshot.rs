@@ -2,7 +2,7 @@
 //! atomically; scrapes only ever read one and never touch a GPU source.
 
 use crate::attribution::AttributionStatus;
-use crate::counters::ExportPlan;
+use crate::plan::counters::ExportPlan;
 use crate::source::ProcessSample;
 use arc_swap::ArcSwap;
 use std::borrow::Cow;
@@ -178,7 +178,7 @@ pub struct Snapshot {
     /// Version and source for `gpu_exporter_build_info`.
     pub build_labels: Arc<str>,
     /// How the last counters reload went, when reloading is on.
-    pub config_reload: Option<crate::plan_reload::ReloadStatus>,
+    pub config_reload: Option<crate::plan::reload::ReloadStatus>,
     /// The `window_size_in_ms` of `DCGM_EXP_XID_ERRORS_COUNT` and
     /// `DCGM_EXP_CLOCK_EVENTS_COUNT`.
     pub xid_window_ms: u64,

@@ -11,19 +11,31 @@ use tracing_subscriber::EnvFilter;
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 /// Check a `--log-level` value; as a clap `value_parser`, a bad one fails at startup.
-pub fn parse(text: &str) -> Result<String, String> {
+pub fn parse(text: &str) -> Result<String, BadLogFilter> {
     for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
         let bare = !directive.contains(['=', '[', ':']);
         if bare && !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(directive)) {
-            return Err(format!(
-                "{directive:?} is not a level (one of {}); name a target as TARGET=LEVEL",
-                LEVELS.join(", ")
-            ));
+            return Err(BadLogFilter::NotALevel(directive.to_owned()));
         }
     }
     EnvFilter::try_new(text)
         .map(|_| text.to_owned())
-        .map_err(|e| format!("{text:?} is not a log filter: {e}"))
+        .map_err(|source| BadLogFilter::Filter {
+            text: text.to_owned(),
+            source,
+        })
+}
+
+/// A `--log-level` value that is not a level or a filter.
+#[derive(Debug, thiserror::Error)]
+pub enum BadLogFilter {
+    #[error("{0:?} is not a level (one of {levels}); name a target as TARGET=LEVEL", levels = LEVELS.join(", "))]
+    NotALevel(String),
+    #[error("{text:?} is not a log filter: {source}")]
+    Filter {
+        text: String,
+        source: tracing_subscriber::filter::ParseError,
+    },
 }
 
 #[cfg(test)]
@@ -33,17 +45,17 @@ mod tests {
     #[test]
     fn levels_and_directives_are_accepted() {
         for ok in ["info", "DEBUG", "warn,gpu_exporter=debug", "h2=off, trace"] {
-            assert_eq!(parse(ok).as_deref(), Ok(ok));
+            assert_eq!(parse(ok).expect(ok), ok);
         }
     }
 
     #[test]
     fn typos_and_malformed_filters_are_refused() {
-        let bare = parse("verbose").unwrap_err();
+        let bare = parse("verbose").unwrap_err().to_string();
         assert!(bare.contains("\"verbose\" is not a level"), "{bare}");
-        let mixed = parse("info,debg").unwrap_err();
+        let mixed = parse("info,debg").unwrap_err().to_string();
         assert!(mixed.contains("\"debg\""), "{mixed}");
-        let level = parse("gpu_exporter=loud").unwrap_err();
+        let level = parse("gpu_exporter=loud").unwrap_err().to_string();
         assert!(level.contains("is not a log filter"), "{level}");
     }
 }

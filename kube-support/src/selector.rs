@@ -728,7 +728,7 @@ fn snippet(text: &str) -> String {
 /// Upstream's `NewRequirement` checks, in its order: key, value count for the operator,
 /// then each value.
 fn check_requirement(key: &str, operator: Operator, values: &[String]) -> Result<(), Problem> {
-    validate_key(key).map_err(Problem::Key)?;
+    validate_key(key).map_err(|rule| Problem::Key(rule.to_string()))?;
     match operator {
         Operator::In | Operator::NotIn => {
             if values.is_empty() {
@@ -768,7 +768,10 @@ fn check_requirement(key: &str, operator: Operator, values: &[String]) -> Result
         }
     }
     for (index, value) in values.iter().enumerate() {
-        validate_value(value).map_err(|reason| Problem::Value { index, reason })?;
+        validate_value(value).map_err(|rule| Problem::Value {
+            index,
+            reason: rule.to_string(),
+        })?;
     }
     Ok(())
 }
@@ -777,53 +780,69 @@ const NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.
 
 /// `validation.IsQualifiedName`: `[prefix/]name`, prefix a DNS-1123 subdomain of at most
 /// 253 characters, name at most 63 characters of `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`.
-fn validate_key(key: &str) -> Result<(), String> {
+fn validate_key(key: &str) -> Result<(), NameRule> {
     let name = match key.split_once('/') {
         None => key,
-        Some((_, name)) if name.contains('/') => {
-            return Err(
-                "a label key may contain at most one '/' (an optional DNS subdomain prefix)"
-                    .to_owned(),
-            );
-        }
+        Some((_, name)) if name.contains('/') => return Err(NameRule::TwoSlashes),
         Some((prefix, name)) => {
             if prefix.is_empty() {
-                return Err("prefix part must be non-empty".to_owned());
+                return Err(NameRule::EmptyPrefix);
             }
             if prefix.len() > MAX_PREFIX_LEN {
-                return Err(format!(
-                    "prefix part must be no more than {MAX_PREFIX_LEN} characters"
-                ));
+                return Err(NameRule::LongPrefix);
             }
             if !is_dns1123_subdomain(prefix) {
-                return Err("prefix part must be a lowercase DNS-1123 subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character".to_owned());
+                return Err(NameRule::PrefixNotDns);
             }
             name
         }
     };
     if name.is_empty() {
-        return Err("name part must be non-empty".to_owned());
+        return Err(NameRule::EmptyName);
     }
     if name.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "name part must be no more than {MAX_NAME_LEN} characters"
-        ));
+        return Err(NameRule::LongName);
     }
     if !is_qualified_name_part(name) {
-        return Err(format!("name part {NAME_RULE}"));
+        return Err(NameRule::NameCharacters);
     }
     Ok(())
 }
 
 /// `validation.IsValidLabelValue`: empty, or at most 63 characters of the name rule.
-fn validate_value(value: &str) -> Result<(), String> {
+fn validate_value(value: &str) -> Result<(), NameRule> {
     if value.len() > MAX_NAME_LEN {
-        return Err(format!("must be no more than {MAX_NAME_LEN} characters"));
+        return Err(NameRule::LongValue);
     }
     if !value.is_empty() && !is_qualified_name_part(value) {
-        return Err(format!("a valid label value {NAME_RULE}"));
+        return Err(NameRule::ValueCharacters);
     }
     Ok(())
+}
+
+/// Which of apimachinery's label key and value rules a name breaks, in its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum NameRule {
+    #[error("a label key may contain at most one '/' (an optional DNS subdomain prefix)")]
+    TwoSlashes,
+    #[error("prefix part must be non-empty")]
+    EmptyPrefix,
+    #[error("prefix part must be no more than {MAX_PREFIX_LEN} characters")]
+    LongPrefix,
+    #[error(
+        "prefix part must be a lowercase DNS-1123 subdomain: lowercase alphanumeric characters, '-' or '.', starting and ending with an alphanumeric character"
+    )]
+    PrefixNotDns,
+    #[error("name part must be non-empty")]
+    EmptyName,
+    #[error("name part must be no more than {MAX_NAME_LEN} characters")]
+    LongName,
+    #[error("name part {NAME_RULE}")]
+    NameCharacters,
+    #[error("must be no more than {MAX_NAME_LEN} characters")]
+    LongValue,
+    #[error("a valid label value {NAME_RULE}")]
+    ValueCharacters,
 }
 
 fn is_qualified_name_part(text: &str) -> bool {
@@ -1028,11 +1047,11 @@ impl<'a> Parser<'a> {
             return Err(Self::error(token, "a label key"));
         };
         let key_pos = token.1;
-        if let Err(reason) = validate_key(key) {
+        if let Err(rule) = validate_key(key) {
             return Err(SelectorError::InvalidKey {
                 location: Location::Byte(key_pos),
                 key: snippet(key),
-                reason,
+                reason: rule.to_string(),
             });
         }
         if negated || matches!(self.peek().0, Tok::End | Tok::Comma) {

@@ -2,7 +2,7 @@
 //! with it, target ≤ 1 s p99 at the default flags (exporter `-c 1000`, adapter
 //! `--scrape-interval 2s`).
 //!
-//! In process: the gpu-exporter's real HTTP layer (`gpu_exporter::http::router` over a
+//! In process: the gpu-exporter's real HTTP layer (`gpu_exporter::serving::http::router` over a
 //! `SnapshotStore`: the cached encoder, the snapshot generation header and the long
 //! poll) serves snapshots that a sampler task publishes on its own 1 s tick, each
 //! reading the GPU's utilisation at that instant, as the exporter's sampler does; the
@@ -33,7 +33,7 @@ use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::{Rng, machine, percentile};
-use gpu_exporter::counters;
+use gpu_exporter::plan::counters;
 use gpu_exporter::snapshot::{EntitySnapshot, Snapshot, SnapshotStore, Value};
 use gpu_metrics_adapter::api::format_quantity;
 use gpu_metrics_adapter::faces::http;
@@ -159,8 +159,10 @@ struct Trial {
 /// An exporter on loopback serving `store`, as gpu-exporter does or (`long_poll`
 /// false) as an exporter without the long poll would; its `/metrics` URL.
 async fn start_exporter(store: Arc<SnapshotStore>, sample: Duration, long_poll: bool) -> String {
-    let state = Arc::new(gpu_exporter::http::AppState::new(store, sample, false));
-    let mut app = gpu_exporter::http::router(state);
+    let state = Arc::new(gpu_exporter::serving::http::AppState::new(
+        store, sample, false,
+    ));
+    let mut app = gpu_exporter::serving::http::router(state);
     if !long_poll {
         app = app
             .layer(axum::middleware::map_request(
@@ -174,7 +176,7 @@ async fn start_exporter(store: Arc<SnapshotStore>, sample: Duration, long_poll: 
                 |mut response: axum::response::Response| async move {
                     response
                         .headers_mut()
-                        .remove(gpu_exporter::http::GENERATION_HEADER);
+                        .remove(gpu_exporter::serving::http::GENERATION_HEADER);
                     response
                 },
             ));

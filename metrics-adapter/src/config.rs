@@ -394,7 +394,7 @@ impl Cli {
             self.max_pods_per_target,
             self.max_pods,
         )
-        .map_err(Error::Config)
+        .map_err(Error::from)
     }
 
     /// The composite metrics and signals the flags declare; an error names the bad one.

@@ -12,6 +12,8 @@ pub enum Error {
     /// A flag or setting that cannot work (at startup).
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Limits(#[from] crate::source::limits::BadLimits),
     #[error("cannot listen on {address}: {source}")]
     Listen {
         address: String,
@@ -78,6 +80,7 @@ impl Error {
             | Error::OverLimit { .. }
             | Error::Decode(_) => Reason::ServiceUnavailable,
             Error::Config(_)
+            | Error::Limits(_)
             | Error::Listen { .. }
             | Error::Io(_)
             | Error::Kube(_)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Validate Kubernetes manifests (a multi-document YAML stream on stdin, e.g. the output
-of `kubectl kustomize`) and print them back as JSON, for tests/tests/e2e/deploy.rs.
+of `kubectl kustomize`) and print them back as JSON, for tests/tests/e2e/deploy/.
 
 - Built-in kinds: kubernetes-validate in strict mode (unknown fields fail), against every
   --kubernetes-version given.

@@ -2,7 +2,8 @@
 # Build the tests' control plane from the Go modules beside this script, into
 # target/kube/bin (or $KUBE_BIN_DIR): kube-apiserver, kube-controller-manager,
 # kube-scheduler and kubectl of one Kubernetes release (kubernetes/), etcd (etcd/), kwok
-# (kwok/) and helm (helm/). One module per tool keeps their dependency graphs apart. A module is
+# (kwok/), helm (helm/), and Prometheus 3 with promtool (prometheus/), which the end-to-end
+# tests run as "a real Prometheus". One module per tool keeps their dependency graphs apart. A module is
 # rebuilt only when its go.mod, go.sum or sources change (a stamp beside the binaries).
 #   bash tests/kube/build.sh
 set -euo pipefail
@@ -40,3 +41,15 @@ build kwok "" sigs.k8s.io/kwok/cmd/kwok
 helm=$(awk '$1 == "helm.sh/helm/v4" { print $2 }' "$here/helm/go.mod")
 build helm "-X helm.sh/helm/v4/internal/version.version=$helm -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
     helm.sh/helm/v4/cmd/helm
+# Prometheus' release from its module version: v0.316.0 is Prometheus 3.16.0. Only the
+# static, file and http service discoveries are built in (the tests scrape loopback
+# targets), which keeps the cloud providers' SDKs and client-go out of the build; add
+# enable_<name>_sd to the tags for another.
+prom=$(awk '$1 == "github.com/prometheus/prometheus" { print $2 }' "$here/prometheus/go.mod")
+prom_minor=${prom#v0.}
+prom_minor=${prom_minor%%.*}
+prom_version="$((prom_minor / 100)).$((prom_minor % 100)).${prom##*.}"
+pv=github.com/prometheus/common/version
+build prometheus "-X $pv.Version=$prom_version -X $pv.Branch=HEAD -X $pv.Revision=$prom" \
+    -tags netgo,remove_all_sd \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool

@@ -3,8 +3,10 @@
 
 pub mod cluster;
 pub mod fake_engine;
+pub mod flood;
 pub mod hpa;
 pub mod https;
+pub mod metrics_api;
 pub mod pki;
 pub mod quantity;
 pub mod serving_engine;
@@ -33,6 +35,28 @@ pub fn target_profile_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("test binary sits in target/<profile>/deps")
         .to_path_buf()
+}
+
+/// A Go tool that tests/kube/build.sh builds from its module under tests/kube into
+/// `target/kube/bin` (or `$KUBE_BIN_DIR`): the control plane, kwok, helm, and Prometheus 3
+/// with promtool (`prometheus`, `promtool`). Every test that runs one finds it here, never
+/// on `PATH`, so the version is the one tests/kube pins.
+pub fn go_tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("KUBE_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/kube/bin"))
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run `bash tests/kube/build.sh` first (tests/run.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Prometheus 3's `promtool` (tests/kube/prometheus).
+pub fn promtool() -> Command {
+    Command::new(go_tool("promtool"))
 }
 
 /// A built workspace artifact (binary or cdylib). `cargo build --workspace` puts it in
@@ -377,8 +401,12 @@ pub fn sample_value(body: &str, prefix: &str) -> Option<f64> {
                     Some(b' ') | Some(b'{') | Some(b',') | Some(b'}')
                 )
         })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .and_then(line_value)
+}
+
+/// The value of one text-exposition sample line (its last space-separated field).
+pub fn line_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse().ok()
 }
 
 /// Every sample line of a family (exact metric name).
@@ -394,13 +422,13 @@ pub fn samples<'a>(body: &'a str, name: &str) -> Vec<&'a str> {
 
 /// Run `promtool check metrics` on `text`: (exit code, findings).
 pub fn promtool_check_metrics(text: &str) -> (i32, String) {
-    let mut child = Command::new("promtool")
+    let mut child = promtool()
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("promtool is installed (tests/run installs the Debian package prometheus)");
+        .expect("run promtool");
     child
         .stdin
         .take()
@@ -461,8 +489,8 @@ pub fn assert_promtool_accepts_dcgm_exposition(body: &str) {
     }
 }
 
-/// A real Prometheus server on loopback with the given scrape jobs (name, target host:port,
-/// extra YAML lines for the job).
+/// A real Prometheus server (Prometheus 3, [`go_tool`]`("prometheus")`) on loopback with the
+/// given scrape jobs (name, target host:port, extra YAML lines for the job).
 pub struct Prometheus {
     pub process: Process,
     pub base: String,
@@ -491,7 +519,7 @@ impl Prometheus {
         let dir = scratch_dir("prometheus");
         std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
         let port = free_port();
-        let mut cmd = Command::new("prometheus");
+        let mut cmd = Command::new(go_tool("prometheus"));
         cmd.arg(format!(
             "--config.file={}",
             dir.join("prometheus.yml").display()
@@ -524,6 +552,17 @@ impl Prometheus {
     }
 }
 
+/// The value of one sample of an `/api/v1/query` instant vector (`"value": [time,
+/// "number"]`), if it has one.
+pub fn try_query_value(sample: &serde_json::Value) -> Option<f64> {
+    sample["value"][1].as_str()?.parse().ok()
+}
+
+/// [`try_query_value`], for a sample that must have a value.
+pub fn query_value(sample: &serde_json::Value) -> f64 {
+    try_query_value(sample).unwrap_or_else(|| panic!("no numeric value in {sample}"))
+}
+
 /// Percent-encodes everything but RFC 3986's unreserved characters.
 pub fn urlencode(s: &str) -> String {
     s.bytes()
@@ -548,7 +587,7 @@ pub fn series_values(body: &str, name: &str, labels: &[(&str, &str)]) -> Vec<f64
                 .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
         })
         .filter(|l| want_mig || !l.contains("GPU_I_ID="))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .filter_map(line_value)
         .collect()
 }
 
@@ -761,6 +800,26 @@ impl Adapter {
             .expect("gRPC address in the log")
             .to_string()
     }
+}
+
+/// The exporter on the golden-file node (`tests/fixtures/golden-node.toml`, every field of
+/// `tests/fixtures/all-fields.csv`, processes, OpenMetrics, sampling every 100 ms) as
+/// `NODE_NAME=golden-node`, with `extra_env`.
+pub fn golden_node_exporter(extra_env: &[(&str, &str)]) -> Exporter {
+    let mut env = vec![("NODE_NAME", "golden-node")];
+    env.extend_from_slice(extra_env);
+    Exporter::start(
+        &[
+            "--simulate=tests/fixtures/golden-node.toml",
+            "-f",
+            "tests/fixtures/all-fields.csv",
+            "--process-metrics",
+            "--openmetrics",
+            "-c",
+            "100",
+        ],
+        &env,
+    )
 }
 
 /// An exporter on `scenario`'s simulated GPUs, attributing them to pods through `node`

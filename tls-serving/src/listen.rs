@@ -23,20 +23,21 @@ pub enum ListenAddress {
 
 impl ListenAddress {
     /// Read `HOST:PORT`, `[IPv6]:PORT` or `:PORT`.
-    pub fn parse(address: &str) -> Result<ListenAddress, String> {
+    pub fn parse(address: &str) -> Result<ListenAddress, BadAddress> {
         match address.strip_prefix(':') {
             Some(port) => port
                 .parse::<u16>()
                 .map(ListenAddress::AnyHost)
-                .map_err(|_| {
-                    format!(
-                        "{address:?}: expected :PORT, HOST:PORT or [IPv6]:PORT with a port 0-65535"
-                    )
-                }),
+                .map_err(|_| BadAddress(address.to_string())),
             None => Ok(ListenAddress::Exact(address.to_string())),
         }
     }
 }
+
+/// A listen address whose port is not 0-65535.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: expected :PORT, HOST:PORT or [IPv6]:PORT with a port 0-65535")]
+pub struct BadAddress(String);
 
 /// Bind `address` (see [`ListenAddress`]) for [`crate::serve`].
 pub async fn bind(address: &str) -> io::Result<TcpListener> {
@@ -93,7 +94,7 @@ mod tests {
                 Ok(ListenAddress::Exact(exact.into()))
             );
         }
-        let e = ListenAddress::parse(":94000").unwrap_err();
+        let e = ListenAddress::parse(":94000").unwrap_err().to_string();
         assert!(e.contains(":94000"), "{e}");
         assert!(ListenAddress::parse(":").is_err());
     }

@@ -14,7 +14,33 @@ pub type TlsConfigHandle = Arc<ArcSwap<ServerConfig>>;
 /// Why a reload failed, and the files to watch from then on when the attempt got far
 /// enough to know them (a new config that names other files), else `None`: keep
 /// watching the old ones.
-pub type ReloadError = (String, Option<Vec<PathBuf>>);
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct ReloadError {
+    pub error: Box<dyn std::error::Error + Send + Sync>,
+    pub files: Option<Vec<PathBuf>>,
+}
+
+impl ReloadError {
+    /// A failure before the new configuration named its files.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> ReloadError {
+        ReloadError {
+            error: Box::new(error),
+            files: None,
+        }
+    }
+
+    /// A failure of a configuration that names `files`.
+    pub fn with_files(
+        error: impl std::error::Error + Send + Sync + 'static,
+        files: Vec<PathBuf>,
+    ) -> ReloadError {
+        ReloadError {
+            error: Box::new(error),
+            files: Some(files),
+        }
+    }
+}
 
 /// Polls `files` every `interval` and, when any file's bytes change, calls `reload`,
 /// which loads and applies the new configuration and returns the files it read
@@ -65,7 +91,8 @@ pub fn watch_files_or_notified<F>(
                     watched = files;
                     last_error.clear();
                 }
-                Err((message, files)) => {
+                Err(ReloadError { error, files }) => {
+                    let message = error.to_string();
                     if message != last_error {
                         tracing::error!(what, error = %message, "a watched file changed but the configuration does not load: keeping the previous one");
                         last_error = message;
@@ -91,7 +118,7 @@ pub fn watch_server_config<F>(
     F: Fn() -> Result<(ServerConfig, Vec<PathBuf>), crate::Error> + Send + 'static,
 {
     watch_files("TLS certificate", files, interval, move || {
-        let (config, files) = build().map_err(|e| (e.to_string(), None))?;
+        let (config, files) = build().map_err(ReloadError::new)?;
         handle.store(Arc::new(config));
         Ok(files)
     });

@@ -84,7 +84,7 @@ pub struct KubeletView {
     /// The last list succeeded.
     pub up: bool,
     /// Why the last attempt failed.
-    pub last_error: Option<String>,
+    pub last_error: Option<KubeletError>,
     pub last_success: Option<SystemTime>,
     /// When the list `allocations` come from was asked for; None while down. A pod it
     /// does not name had left the kubelet's list by then.
@@ -201,7 +201,7 @@ fn connect(socket: &Path) -> Result<Client, tonic::transport::Error> {
 pub async fn list_once(
     client: &mut Client,
     timeout: Duration,
-) -> Result<proto::ListPodResourcesResponse, String> {
+) -> Result<proto::ListPodResourcesResponse, KubeletError> {
     match tokio::time::timeout(
         timeout,
         client.list(proto::ListPodResourcesRequest::default()),
@@ -209,16 +209,11 @@ pub async fn list_once(
     .await
     {
         Ok(Ok(resp)) => Ok(resp.into_inner()),
-        Ok(Err(status)) => Err(format!(
-            "{:?}: {}",
-            status.code(),
-            if status.message().is_empty() {
-                "(no message)"
-            } else {
-                status.message()
-            }
-        )),
-        Err(_) => Err(format!("no answer within {timeout:?}")),
+        Ok(Err(status)) => Err(KubeletError::Status {
+            code: status.code(),
+            message: status.message().chars().take(MAX_ERROR_CHARS).collect(),
+        }),
+        Err(_) => Err(KubeletError::NoAnswer(timeout)),
     }
 }
 
@@ -240,14 +235,14 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
                 // A fresh channel, in case the old one is wedged on a dead connection.
                 Ok(()) => match connect(&opts.socket) {
                     Ok(c) => list_once(client.insert(c), opts.timeout).await,
-                    Err(e) => Err(format!("cannot set up the kubelet channel: {e}")),
+                    Err(e) => Err(KubeletError::Channel(Arc::new(e))),
                 },
                 Err(e) => Err(e),
             }
         } else {
             match client.as_mut() {
                 Some(c) => list_once(c, opts.timeout).await,
-                None => Err("no channel".into()),
+                None => Err(KubeletError::NoChannel),
             }
         };
         view.lists_total += 1;
@@ -294,15 +289,45 @@ pub async fn refresh(opts: KubeletOptions, store: Arc<ArcSwap<KubeletView>>) {
 
 /// Whether the kubelet's socket accepts a connection within `timeout`: the cheap check
 /// made on every refresh while the kubelet is down.
-async fn probe(socket: &Path, timeout: Duration) -> Result<(), String> {
+async fn probe(socket: &Path, timeout: Duration) -> Result<(), KubeletError> {
     match tokio::time::timeout(timeout, tokio::net::UnixStream::connect(socket)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("cannot connect to {}: {e}", socket.display())),
-        Err(_) => Err(format!(
-            "{} accepted no connection within {timeout:?}",
-            socket.display()
-        )),
+        Ok(Err(e)) => Err(KubeletError::Connect {
+            socket: socket.to_path_buf(),
+            source: Arc::new(e),
+        }),
+        Err(_) => Err(KubeletError::NoConnection {
+            socket: socket.to_path_buf(),
+            timeout,
+        }),
     }
+}
+
+/// A kubelet status message is kept to this many characters: it is logged.
+const MAX_ERROR_CHARS: usize = 256;
+
+/// Why a PodResources `List` failed. Cloned into every published view, so its sources
+/// are shared.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KubeletError {
+    #[error("{code:?}: {}", if message.is_empty() { "(no message)" } else { message })]
+    Status { code: tonic::Code, message: String },
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+    #[error("cannot set up the kubelet channel: {0}")]
+    Channel(Arc<tonic::transport::Error>),
+    #[error("no channel")]
+    NoChannel,
+    #[error("cannot connect to {}: {source}", socket.display())]
+    Connect {
+        socket: std::path::PathBuf,
+        source: Arc<std::io::Error>,
+    },
+    #[error("{} accepted no connection within {timeout:?}", socket.display())]
+    NoConnection {
+        socket: std::path::PathBuf,
+        timeout: Duration,
+    },
 }
 
 #[cfg(test)]

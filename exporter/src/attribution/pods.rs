@@ -216,12 +216,13 @@ impl LabelSelection {
         keys: Vec<String>,
         enable_all: bool,
         allowlist: &[String],
-    ) -> Result<LabelSelection, String> {
+    ) -> crate::error::Result<LabelSelection> {
         let patterns = allowlist
             .iter()
             .map(|p| {
-                regex::Regex::new(p).map_err(|e| {
-                    format!("--kubernetes-pod-label-allowlist-regex {p:?} is not a regular expression: {e}")
+                regex::Regex::new(p).map_err(|source| crate::error::Error::PodLabelPattern {
+                    pattern: p.clone(),
+                    source,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -423,7 +424,9 @@ mod tests {
 
     #[test]
     fn a_bad_allowlist_pattern_is_an_error_naming_it() {
-        let e = LabelSelection::new(vec![], true, &["ok".into(), "team(".into()]).unwrap_err();
+        let e = LabelSelection::new(vec![], true, &["ok".into(), "team(".into()])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("\"team(\"") && e.contains("--kubernetes-pod-label-allowlist-regex"),
             "{e}"

@@ -16,8 +16,8 @@
 pub mod protobuf;
 pub mod xid;
 
-use crate::catalog::ExporterField;
-use crate::counters::{MetricField, MetricKind, MetricType};
+use crate::plan::catalog::ExporterField;
+use crate::plan::counters::{MetricField, MetricKind, MetricType};
 use crate::snapshot::{RENDER_SLOTS, Snapshot, Value, escape_label_value};
 use bytes::Bytes;
 use std::io::Write;

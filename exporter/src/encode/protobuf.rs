@@ -16,7 +16,7 @@
 //! (the tests check exactly that).
 
 use super::{Sample, Sink};
-use crate::counters::MetricType;
+use crate::plan::counters::MetricType;
 use prost::Message;
 use prost::encoding::{WireType, encoded_len_varint};
 use std::borrow::Cow;
@@ -609,8 +609,8 @@ mod tests {
     }
 
     use crate::attribution::AttributionStatus;
-    use crate::counters;
     use crate::encode::{self, Format, SCRAPE_BUCKETS, ScrapeStats};
+    use crate::plan::counters;
     use crate::sampler::{Sampler, SamplerOptions};
     use crate::snapshot::{PodShare, Snapshot, Value};
     use crate::source::simulated::SimulatedSource;

@@ -3,8 +3,8 @@
 //! number of collect intervals. A field not due in a cycle serves the value it read
 //! last, which is never older than its period; docs/exporter/cadence.md has the table.
 
-use crate::catalog::{self, FieldSource, Quantity};
 use crate::health;
+use crate::plan::catalog::{self, FieldSource, Quantity};
 use kube_support::duration;
 use std::time::Duration;
 

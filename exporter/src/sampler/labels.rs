@@ -2,7 +2,7 @@
 
 use super::SamplerOptions;
 use crate::attribution::assign::Holder;
-use crate::counters::ExportPlan;
+use crate::plan::counters::ExportPlan;
 use crate::snapshot::push_label;
 use crate::source::{EntityInfo, Inventory};
 use std::sync::Arc;

@@ -37,10 +37,10 @@ mod windows;
 mod tests;
 
 use crate::attribution::Attributor;
-use crate::catalog::{Quantity, Scope};
-use crate::counters::ExportPlan;
 use crate::hpc::HpcJobs;
-use crate::plan_reload::PlanHandle;
+use crate::plan::catalog::{Quantity, Scope};
+use crate::plan::counters::ExportPlan;
+use crate::plan::reload::PlanHandle;
 use crate::snapshot::Snapshot;
 use crate::source::{GpuSource, Raw, ReadError};
 use arc_swap::ArcSwap;

@@ -1,8 +1,8 @@
 //! What a counters plan asks of the source, and which metrics split per pod.
 
-use crate::catalog::{ExporterField, Quantity, Scope};
-use crate::counters::{ExportPlan, MetricKind};
 use crate::health::{self};
+use crate::plan::catalog::{ExporterField, Quantity, Scope};
+use crate::plan::counters::{ExportPlan, MetricKind};
 use std::time::Duration;
 
 /// Which metrics are split per pod on a shared device, and how.

@@ -1,8 +1,8 @@
 //! The trailing windows of dcgm-exporter's own collectors (`DCGM_EXP_*`).
 
 use super::plan::ExporterCollectors;
-use crate::catalog::Quantity;
 use crate::health::{self, CounterHistory, Window};
+use crate::plan::catalog::Quantity;
 use crate::snapshot::ExporterValues;
 use crate::source::Raw;
 use std::time::Instant;
@@ -91,7 +91,7 @@ mod tests {
     use super::super::*;
     use super::*;
 
-    use crate::catalog::Quantity;
+    use crate::plan::catalog::Quantity;
 
     use crate::health::{self, CounterHistory, Window};
 
@@ -178,7 +178,10 @@ mod tests {
         fn describe(&self) -> String {
             "one GPU".into()
         }
-        fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+        fn discover(
+            &mut self,
+            _: &[crate::plan::catalog::LabelField],
+        ) -> Result<Inventory, ReadError> {
             let gpu = EntityInfo {
                 gpu_index: 0,
                 uuid: "GPU-0".into(),
@@ -232,7 +235,7 @@ mod tests {
 
     #[test]
     fn the_exp_families_carry_dcgm_labels_and_a_mig_xid_counts_on_its_gpu() {
-        let (plan, warnings) = crate::counters::plan(
+        let (plan, warnings) = crate::plan::counters::plan(
             "DCGM_EXP_XID_ERRORS_COUNT, counter, xids\nDCGM_EXP_CLOCK_EVENTS_COUNT, counter, clocks\nDCGM_EXP_GPU_HEALTH_STATUS, counter, health\n",
             "t",
         )

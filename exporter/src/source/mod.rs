@@ -10,7 +10,7 @@ pub mod selection;
 #[cfg(any(test, feature = "demo"))]
 pub mod simulated;
 
-use crate::catalog::{LabelField, Quantity};
+use crate::plan::catalog::{LabelField, Quantity};
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 

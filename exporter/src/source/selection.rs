@@ -12,7 +12,7 @@
 //! others.
 
 use super::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError, XidEvent};
-use crate::catalog::{LabelField, Quantity};
+use crate::plan::catalog::{LabelField, Quantity};
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -27,14 +27,31 @@ pub enum DeviceSelection {
     Instances(Option<BTreeSet<u32>>),
 }
 
+/// Why a `--devices` value is not DCGM's device syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceSelectionError {
+    #[error("invalid device option {0:?}: there can only be one specified range")]
+    TwoRanges(String),
+    #[error("invalid device option {0:?}: no range can be given with the flex option 'f'")]
+    RangeWithFlex(String),
+    #[error(
+        "invalid device option {text:?}: expected f, g[:IDS] or i[:IDS] (IDS like 0,2-4), found {letter:?}"
+    )]
+    UnknownKind { text: String, letter: String },
+    #[error("invalid device ID {id:?} in {list:?}: expected a number")]
+    NotANumber { id: String, list: String },
+    #[error("invalid device range {range:?}: {start} is after {end}")]
+    Reversed { range: String, start: u32, end: u32 },
+    #[error("invalid device range {0:?}: a range is <number>-<number>")]
+    NotARange(String),
+}
+
 impl DeviceSelection {
     /// Read DCGM's device syntax; errors say what is wrong and what is expected.
-    pub fn parse(text: &str) -> Result<DeviceSelection, String> {
+    pub fn parse(text: &str) -> Result<DeviceSelection, DeviceSelectionError> {
         let parts: Vec<&str> = text.split(':').collect();
         if parts.len() > 2 {
-            return Err(format!(
-                "invalid device option {text:?}: there can only be one specified range"
-            ));
+            return Err(DeviceSelectionError::TwoRanges(text.into()));
         }
         let ids = match parts.get(1) {
             None => None,
@@ -42,14 +59,13 @@ impl DeviceSelection {
         };
         match (parts[0], ids) {
             ("f", None) => Ok(DeviceSelection::Flex),
-            ("f", Some(_)) => Err(format!(
-                "invalid device option {text:?}: no range can be given with the flex option 'f'"
-            )),
+            ("f", Some(_)) => Err(DeviceSelectionError::RangeWithFlex(text.into())),
             ("g", ids) => Ok(DeviceSelection::Gpus(ids)),
             ("i", ids) => Ok(DeviceSelection::Instances(ids)),
-            (letter, _) => Err(format!(
-                "invalid device option {text:?}: expected f, g[:IDS] or i[:IDS] (IDS like 0,2-4), found {letter:?}"
-            )),
+            (letter, _) => Err(DeviceSelectionError::UnknownKind {
+                text: text.into(),
+                letter: letter.into(),
+            }),
         }
     }
 
@@ -86,10 +102,13 @@ impl fmt::Display for DeviceSelection {
 }
 
 /// `0,2-4` → {0, 2, 3, 4}.
-fn parse_ids(list: &str) -> Result<BTreeSet<u32>, String> {
+fn parse_ids(list: &str) -> Result<BTreeSet<u32>, DeviceSelectionError> {
     let number = |n: &str| {
         n.parse::<u32>()
-            .map_err(|_| format!("invalid device ID {n:?} in {list:?}: expected a number"))
+            .map_err(|_| DeviceSelectionError::NotANumber {
+                id: n.into(),
+                list: list.into(),
+            })
     };
     let mut ids = BTreeSet::new();
     for item in list.split(',') {
@@ -101,16 +120,16 @@ fn parse_ids(list: &str) -> Result<BTreeSet<u32>, String> {
             [start, end] => {
                 let (start, end) = (number(start)?, number(end)?);
                 if start > end {
-                    return Err(format!(
-                        "invalid device range {item:?}: {start} is after {end}"
-                    ));
+                    return Err(DeviceSelectionError::Reversed {
+                        range: item.into(),
+                        start,
+                        end,
+                    });
                 }
                 ids.extend(start..=end);
             }
             _ => {
-                return Err(format!(
-                    "invalid device range {item:?}: a range is <number>-<number>"
-                ));
+                return Err(DeviceSelectionError::NotARange(item.into()));
             }
         }
     }
@@ -325,7 +344,7 @@ mod tests {
             ("i:1-2-3", "a range is <number>-<number>"),
             ("g:-1", "invalid device ID \"\""),
         ] {
-            let e = DeviceSelection::parse(text).unwrap_err();
+            let e = DeviceSelection::parse(text).unwrap_err().to_string();
             assert!(e.contains(says), "{text:?}: {e}");
         }
     }

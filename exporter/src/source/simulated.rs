@@ -6,7 +6,7 @@
 use super::{
     EntityInfo, GiPlacement, GpuSource, Inventory, MigInfo, ProcessSample, Raw, ReadError, XidEvent,
 };
-use crate::catalog::{LabelField, Quantity};
+use crate::plan::catalog::{LabelField, Quantity};
 use gpu_sim::{Capability, GpuReading, InforomObject, MigReading, SimNode};
 use std::collections::BTreeMap;
 

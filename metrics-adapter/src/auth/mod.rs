@@ -164,7 +164,7 @@ impl Auth {
             tls_serving::watch_files("client CAs", files, CA_FILE_POLL, move || {
                 let built = sources
                     .build(latest_data.load().as_ref().as_ref())
-                    .map_err(|e| (e.to_string(), None))?;
+                    .map_err(tls_serving::ReloadError::new)?;
                 config.store(Arc::new(built));
                 Ok(sources.files())
             });

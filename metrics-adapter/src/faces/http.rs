@@ -191,12 +191,11 @@ fn metric_of(
     name: &str,
     resource: &str,
 ) -> Result<(Metric, Option<Aggregation>), ApiError> {
-    s.catalog.resolve(ns, name).map_err(|e| {
-        if e.starts_with("no metric") {
+    s.catalog.resolve(ns, name).map_err(|e| match e {
+        crate::query::composite::Unresolved::NoMetric(_) => {
             ApiError::metric_not_found(name, resource)
-        } else {
-            ApiError::bad_request(e)
         }
+        other => ApiError::bad_request(other.to_string()),
     })
 }
 

@@ -97,16 +97,25 @@ impl fmt::Display for Aggregation {
 }
 
 /// `name:aggregation` split; `Err` names a suffix that is no aggregation.
-pub fn split_suffix(name: &str) -> Result<(&str, Option<Aggregation>), String> {
+pub fn split_suffix(name: &str) -> Result<(&str, Option<Aggregation>), NotAnAggregation> {
     match name.rsplit_once(':') {
         None => Ok((name, None)),
         Some((base, suffix)) => match Aggregation::parse(suffix) {
             Some(a) => Ok((base, Some(a))),
-            None => Err(format!(
-                "{name}: {suffix:?} is not an aggregation (sum, avg, max, min, p0 to p100, e.g. p95)"
-            )),
+            None => Err(NotAnAggregation {
+                requested: name.to_string(),
+                suffix: suffix.to_string(),
+            }),
         },
     }
+}
+
+/// A metric name's `:suffix` that names no aggregation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{requested}: {suffix:?} is not an aggregation (sum, avg, max, min, p0 to p100, e.g. p95)")]
+pub struct NotAnAggregation {
+    pub requested: String,
+    pub suffix: String,
 }
 
 #[cfg(test)]
@@ -220,7 +229,7 @@ mod tests {
         assert_eq!(split_suffix("pressure"), Ok(("pressure", None)));
         assert_eq!(split_suffix("x:avg"), Ok(("x", Some(Aggregation::Average))));
         for bad in ["x:p101", "x:median", "x:p-1", "x:p", "x:p1e1"] {
-            let e = split_suffix(bad).unwrap_err();
+            let e = split_suffix(bad).unwrap_err().to_string();
             assert!(e.contains("not an aggregation"), "{bad}: {e}");
         }
     }

@@ -10,7 +10,7 @@
 //! any input has no composite value (it is counted missing or stale, never given a 0).
 //! A workload's composite is its pods' composite values aggregated like any metric's.
 
-use super::aggregate::{Aggregation, split_suffix};
+use super::aggregate::{Aggregation, NotAnAggregation, split_suffix};
 use super::expr::{EvalError, Expr, quoted};
 use super::{Answer, PodValue, Scope};
 use crate::error::Error;
@@ -299,12 +299,12 @@ impl Catalog {
     }
 
     /// The metric a request names in `namespace`, and the aggregation its suffix asks
-    /// for. `Err` is the message of a 404: no such metric.
+    /// for.
     pub fn resolve(
         &self,
         namespace: &str,
         requested: &str,
-    ) -> Result<(Metric, Option<Aggregation>), String> {
+    ) -> Result<(Metric, Option<Aggregation>), Unresolved> {
         let (name, aggregation) = split_suffix(requested)?;
         let metric = if let Some(m) = input_metric(name) {
             Metric::Gpu(m)
@@ -312,16 +312,29 @@ impl Catalog {
             Metric::Composite(c.clone())
         } else if let Some(s) = self.signals.get(namespace).and_then(|set| set.get(name)) {
             if aggregation.is_some() {
-                return Err(format!(
-                    "{requested}: {name} is one value, not a value per pod: it takes no aggregation"
-                ));
+                return Err(Unresolved::SignalAggregated {
+                    requested: requested.to_string(),
+                    name: name.to_string(),
+                });
             }
             Metric::Signal(s)
         } else {
-            return Err(format!("no metric {name:?}"));
+            return Err(Unresolved::NoMetric(name.to_string()));
         };
         Ok((metric, aggregation))
     }
+}
+
+/// Why a requested metric name resolves to no metric.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unresolved {
+    /// No such metric: a 404.
+    #[error("no metric {0:?}")]
+    NoMetric(String),
+    #[error(transparent)]
+    Suffix(#[from] NotAnAggregation),
+    #[error("{requested}: {name} is one value, not a value per pod: it takes no aggregation")]
+    SignalAggregated { requested: String, name: String },
 }
 
 /// The fresh values of a per-pod `metric` for the pods `scope` covers: the built-in
@@ -500,9 +513,13 @@ mod tests {
         assert!(
             c.resolve("inference", "gateway_queue:p95")
                 .unwrap_err()
+                .to_string()
                 .contains("no aggregation")
         );
-        assert!(c.resolve("x", "nothing").is_err());
+        assert_eq!(
+            c.resolve("x", "nothing").unwrap_err(),
+            Unresolved::NoMetric("nothing".into())
+        );
         assert_eq!(
             c.pod_metric_names().last(),
             Some(&"pressure"),

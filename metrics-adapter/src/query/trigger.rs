@@ -74,7 +74,7 @@ pub fn parse_trigger(
         let (base, _) = split_suffix(requested).unwrap_or((requested, None));
         let mut known = state.catalog.pod_metric_names();
         known.extend(state.catalog.signals_in(namespace));
-        if e.starts_with("no metric") {
+        if matches!(e, super::composite::Unresolved::NoMetric(_)) {
             Error::InvalidRequest(format!(
                 "metric: unknown {base:?} (known: {})",
                 known.join(", ")

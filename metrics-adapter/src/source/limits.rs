@@ -136,6 +136,17 @@ pub struct Limits {
     pub max_in_flight_bytes: usize,
 }
 
+/// Memory limit flags that contradict each other.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadLimits {
+    #[error(
+        "--max-response-size ({response} bytes) is larger than --max-in-flight-size ({in_flight} bytes): such an answer could never be read"
+    )]
+    ResponseOverInFlight { response: usize, in_flight: usize },
+    #[error("--max-in-flight-size ({0} bytes) is over 4 GiB")]
+    InFlightOver4GiB(usize),
+}
+
 impl Limits {
     /// `max_response_bytes` must fit in `max_in_flight_bytes`, or a maximal answer
     /// could never be read (checked at startup).
@@ -145,16 +156,15 @@ impl Limits {
         max_series_per_target: usize,
         max_pods_per_target: usize,
         max_pods: usize,
-    ) -> Result<Limits, String> {
+    ) -> Result<Limits, BadLimits> {
         if max_response_bytes > max_in_flight_bytes {
-            return Err(format!(
-                "--max-response-size ({max_response_bytes} bytes) is larger than --max-in-flight-size ({max_in_flight_bytes} bytes): such an answer could never be read"
-            ));
+            return Err(BadLimits::ResponseOverInFlight {
+                response: max_response_bytes,
+                in_flight: max_in_flight_bytes,
+            });
         }
         if max_in_flight_bytes > u32::MAX as usize || max_in_flight_bytes > Semaphore::MAX_PERMITS {
-            return Err(format!(
-                "--max-in-flight-size ({max_in_flight_bytes} bytes) is over 4 GiB"
-            ));
+            return Err(BadLimits::InFlightOver4GiB(max_in_flight_bytes));
         }
         Ok(Limits {
             max_response_bytes,

@@ -131,6 +131,13 @@ enum Fetched {
     Unchanged,
 }
 
+/// The exporters' credentials as last read: the `Authorization` header to send (none
+/// without basic auth), or unreadable, when no exporter is scraped.
+enum Credentials {
+    Ready(Option<axum::http::HeaderValue>),
+    Unreadable,
+}
+
 /// What the per-target tasks share.
 struct Follow {
     client: Client,
@@ -142,7 +149,7 @@ struct Follow {
     decoding: tokio::sync::Semaphore,
     /// The `Authorization` to send, re-read every interval (a rotated Secret applies
     /// without a restart), or why there is none.
-    credentials: ArcSwap<Result<Option<axum::http::HeaderValue>, String>>,
+    credentials: ArcSwap<Credentials>,
 }
 
 /// A token fit to send back in a query string, else none (then the target is polled).
@@ -231,7 +238,7 @@ async fn follow_target(
     loop {
         let started = tokio::time::Instant::now();
         let credentials = follow.credentials.load_full();
-        let Ok(authorization) = credentials.as_ref() else {
+        let Credentials::Ready(authorization) = credentials.as_ref() else {
             // The publisher says why once; the values age out meanwhile.
             tokio::time::sleep_until(started + interval).await;
             continue;
@@ -301,7 +308,7 @@ pub async fn run_with(
         opts: opts.clone(),
         read,
         decoding: tokio::sync::Semaphore::new(1),
-        credentials: ArcSwap::from_pointee(Ok(None)),
+        credentials: ArcSwap::from_pointee(Credentials::Ready(None)),
     });
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -313,18 +320,22 @@ pub async fn run_with(
         let publish_at = pending.map(|_| last_publish + COALESCE);
         tokio::select! {
             _ = ticker.tick() => {
-                let credentials = opts.auth.authorization().map_err(|e| e.to_string());
-                match &credentials {
-                    Ok(_) => credentials_error = None,
+                let credentials = match opts.auth.authorization() {
+                    Ok(header) => {
+                        credentials_error = None;
+                        Credentials::Ready(header)
+                    }
                     Err(e) => {
                         // Without credentials every exporter would answer 401: say why
                         // once, and let the values age out.
-                        if credentials_error.as_ref() != Some(e) {
+                        let e = e.to_string();
+                        if credentials_error.as_ref() != Some(&e) {
                             tracing::warn!(error = %e, "cannot scrape the exporters");
-                            credentials_error = Some(e.clone());
+                            credentials_error = Some(e);
                         }
+                        Credentials::Unreadable
                     }
-                }
+                };
                 follow.credentials.store(Arc::new(credentials));
                 targets = opts.targets.load_full();
                 // Exporters that left (pod deleted, node drained) take their pods with them.

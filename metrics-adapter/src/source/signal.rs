@@ -78,7 +78,7 @@ pub fn parse_spec(text: &str) -> Result<SignalSpec, Error> {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(bad("the URL must be http:// or https://"));
         }
-        let (family, labels) = parse_series(series).map_err(|e| bad(&e))?;
+        let (family, labels) = parse_series(series).map_err(|e| bad(&e.to_string()))?;
         SignalSource::Scrape {
             url: url.to_string(),
             family,
@@ -92,10 +92,10 @@ pub fn parse_spec(text: &str) -> Result<SignalSpec, Error> {
     })
 }
 
-/// `name` or `name{k="v",...}`.
-fn parse_series(text: &str) -> Result<(String, Labels), String> {
+/// `name` or `name{k="v",...}`, the label pairs read by the text exposition's parser.
+fn parse_series(text: &str) -> Result<(String, Labels), SeriesSyntax> {
     let (family, rest) = match text.find('{') {
-        Some(i) => (&text[..i], Some(&text[i..])),
+        Some(i) => (&text[..i], Some(&text[i + 1..])),
         None => (text, None),
     };
     if family.is_empty()
@@ -103,61 +103,36 @@ fn parse_series(text: &str) -> Result<(String, Labels), String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     {
-        return Err(format!("{family:?} is not a metric name"));
+        return Err(SeriesSyntax::NotAName(family.to_string()));
     }
-    let labels = match rest {
-        None => Vec::new(),
-        Some(rest) => {
-            let (labels, tail) = parse_labels(rest)?;
-            if !tail.trim().is_empty() {
-                return Err(format!("unexpected {tail:?} after the labels"));
-            }
-            labels
+    let mut labels = Vec::new();
+    if let Some(rest) = rest {
+        let (tail, count) =
+            super::serving::text::parse_labels(rest, &mut labels, |_| true, &mut 0)?;
+        if count > super::limits::MAX_LABELS_PER_SERIES {
+            return Err(SeriesSyntax::TooManyLabels(count));
         }
-    };
+        if !tail.trim().is_empty() {
+            return Err(SeriesSyntax::Trailing(tail.to_string()));
+        }
+    }
     Ok((family.to_string(), labels))
 }
 
 /// Label pairs in order.
 type Labels = Vec<(String, String)>;
 
-/// `{k="v",...}` at the start of `text`: the labels and what follows.
-fn parse_labels(text: &str) -> Result<(Labels, &str), String> {
-    let mut rest = text
-        .strip_prefix('{')
-        .ok_or_else(|| "expected {".to_string())?;
-    let mut labels = Vec::new();
-    loop {
-        rest = rest.trim_start();
-        if let Some(r) = rest.strip_prefix('}') {
-            return Ok((labels, r));
-        }
-        let eq = rest
-            .find('=')
-            .ok_or_else(|| format!("expected label=\"value\" in {text:?}"))?;
-        let key = rest[..eq].trim().to_string();
-        rest = rest[eq + 1..]
-            .trim_start()
-            .strip_prefix('"')
-            .ok_or_else(|| format!("expected a quoted value for {key:?}"))?;
-        let mut value = String::new();
-        let mut chars = rest.char_indices();
-        let end = loop {
-            match chars.next() {
-                Some((i, '"')) => break i,
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => return Err("unterminated label value".into()),
-                },
-                Some((_, c)) => value.push(c),
-                None => return Err("unterminated label value".into()),
-            }
-        };
-        labels.push((key, value));
-        rest = rest[end + 1..].trim_start();
-        rest = rest.strip_prefix(',').unwrap_or(rest);
-    }
+/// Why the series after `#` is not `name` or `name{k="v",...}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SeriesSyntax {
+    #[error("{0:?} is not a metric name")]
+    NotAName(String),
+    #[error(transparent)]
+    Labels(#[from] super::serving::text::LabelSyntax),
+    #[error("{0} labels (at most {max})", max = super::limits::MAX_LABELS_PER_SERIES)]
+    TooManyLabels(usize),
+    #[error("unexpected {0:?} after the labels")]
+    Trailing(String),
 }
 
 /// The sum of `family`'s samples carrying every one of `labels` in a text exposition,
@@ -357,7 +332,13 @@ mod tests {
             ("ns/q=http://x", "URL#SERIES"),
             ("ns/q=ftp://x#y", "http://"),
             ("ns/q=promql:", "needs a query"),
-            ("ns/q=http://x#y{a=b}", "quoted"),
+            ("ns/q=http://x#y{a=b}", "not in quotes"),
+            // The exposition's own label syntax: pairs are separated by commas.
+            (
+                "ns/q=http://x#y{a=\"1\" b=\"2\"}",
+                "not separated by commas",
+            ),
+            ("ns/q=http://x#y{a=\"1\"} z", "after the labels"),
             ("ns/q", "expected"),
         ] {
             let e = parse_spec(bad).unwrap_err().to_string();

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
     let lines = text.split('\n').count() as u64;
-    match gpu_exporter::counters::plan(text, "fuzz.csv") {
+    match gpu_exporter::plan::counters::plan(text, "fuzz.csv") {
         Ok((plan, warnings)) => {
             for w in &warnings {
                 assert!(

@@ -4,7 +4,7 @@
 //! same again; an error message stays short (names and text are cut).
 #![no_main]
 
-use gpu_exporter::catalog::Quantity;
+use gpu_exporter::plan::catalog::Quantity;
 use gpu_exporter::sampler::{Cadence, FieldPeriods};
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! is the only refusal; a query without a non-empty `newer_than` is never held.
 #![no_main]
 
-use gpu_exporter::http::read_hold_query;
+use gpu_exporter::serving::http::read_hold_query;
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! Invariant: a valid configuration names itself first among its files.
 #![no_main]
 
-use gpu_exporter::web_config::WebConfig;
+use gpu_exporter::serving::web_config::WebConfig;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

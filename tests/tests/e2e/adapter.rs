@@ -3,10 +3,10 @@
 //! adapter over the protobuf exposition; answers checked against the scenario, through
 //! plain HTTP, through `kubectl get --raw`, and through the HPA's replica formula.
 
-use e2e_tests::quantity::milli_value;
+use e2e_tests::metrics_api::items_milli;
 use e2e_tests::{
-    Adapter, Exporter, KubeNode, Prometheus, attributed_exporter, free_port, get, sample_value,
-    scratch_dir, wait_for,
+    Adapter, Exporter, KubeNode, Prometheus, attributed_exporter, free_port, get, query_value,
+    sample_value, scratch_dir, wait_for,
 };
 use serde_json::Value;
 use std::process::Command;
@@ -32,24 +32,6 @@ fn adapter(exporter: &Exporter, node: &KubeNode, extra: &[&str]) -> Adapter {
 
 fn exporter(node: &KubeNode) -> Exporter {
     attributed_exporter(node, SCENARIO)
-}
-
-/// (pod name, milli-value) of a MetricValueList or ExternalMetricValueList.
-fn items(v: &Value) -> Vec<(String, i64)> {
-    v["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no items in {v}"))
-        .iter()
-        .map(|i| {
-            let name = i["describedObject"]["name"]
-                .as_str()
-                .or_else(|| i["metricLabels"]["pod"].as_str())
-                .unwrap_or("")
-                .to_string();
-            let q = i["value"].as_str().expect("quantity string");
-            (name, milli_value(q).expect("valid quantity"))
-        })
-        .collect()
 }
 
 /// The HPA's replica count for an `AverageValue` target over the adapter's items.
@@ -82,7 +64,7 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     assert_eq!(v["kind"], "MetricValueList");
     assert_eq!(v["apiVersion"], "custom.metrics.k8s.io/v1beta2");
     assert_eq!(
-        items(&v),
+        items_milli(&v),
         vec![
             ("share-a".to_string(), 54_000),
             ("share-b".to_string(), 18_000)
@@ -105,7 +87,7 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     let oracle_milli: Vec<i64> = oracle.iter().map(|(_, m)| *m).collect();
     let scale_up = hpa_average_value(2, &oracle, 30_000);
     assert!(scale_up > 2, "the target makes the HPA scale up");
-    assert_eq!(hpa_average_value(2, &items(&v), 30_000), scale_up);
+    assert_eq!(hpa_average_value(2, &items_milli(&v), 30_000), scale_up);
     // The classic mistake would be one pre-averaged value with AverageValue: the HPA
     // would divide 36 by the replicas again. Per-pod items keep the formula right.
 
@@ -114,28 +96,28 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
         "/apis/custom.metrics.k8s.io/v1beta1/namespaces/inference/pods/share-a/gpu_utilization",
     );
     assert_eq!(v1["items"][0]["metricName"], "gpu_utilization");
-    assert_eq!(items(&v1), vec![("share-a".to_string(), 54_000)]);
+    assert_eq!(items_milli(&v1), vec![("share-a".to_string(), 54_000)]);
 
     // Memory of a pod holding a whole GPU: its 40 GiB process.
     let m = a
         .ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/train-0/gpu_memory_used_bytes");
     assert_eq!(
-        items(&m),
+        items_milli(&m),
         vec![("train-0".to_string(), 40_960 * 1_048_576 * 1000)]
     );
 
     // External: one item per pod, so AverageValue keeps "average per pod".
     let x = a.ok("/apis/external.metrics.k8s.io/v1beta1/namespaces/inference/gpu_utilization?labelSelector=app%3Dresnet-inference");
     assert_eq!(x["kind"], "ExternalMetricValueList");
-    assert_eq!(items(&x).len(), 2);
+    assert_eq!(items_milli(&x).len(), 2);
     // On target (the exporter's mean): the HPA stays.
     let on_target = oracle_milli.iter().sum::<i64>() / oracle_milli.len() as i64;
     assert_eq!(
-        hpa_average_value(2, &items(&x), on_target),
+        hpa_average_value(2, &items_milli(&x), on_target),
         e2e_tests::hpa::average_value(2, &oracle_milli, on_target),
     );
     assert_eq!(
-        hpa_average_value(2, &items(&x), on_target),
+        hpa_average_value(2, &items_milli(&x), on_target),
         2,
         "on target: stays"
     );
@@ -145,14 +127,14 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     // compares 36 with 30: r = 1.2 → ceil(1.2 × 2 ready pods) = 3.
     let d = a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization");
     assert_eq!(d["items"][0]["describedObject"]["kind"], "Deployment");
-    assert_eq!(items(&d), vec![("resnet".to_string(), 36_000)]);
-    let object: Vec<i64> = items(&d).iter().map(|(_, m)| *m).collect();
+    assert_eq!(items_milli(&d), vec![("resnet".to_string(), 36_000)]);
+    let object: Vec<i64> = items_milli(&d).iter().map(|(_, m)| *m).collect();
     assert_eq!(
         e2e_tests::hpa::value(2, 2, &object, 30_000),
         e2e_tests::hpa::value(2, 2, &[on_target], 30_000),
     );
     // And a Pods AverageValue target over the same pods gives the same answer.
-    let per_pod: Vec<i64> = items(&v).iter().map(|(_, m)| *m).collect();
+    let per_pod: Vec<i64> = items_milli(&v).iter().map(|(_, m)| *m).collect();
     assert_eq!(
         e2e_tests::hpa::pods_average_value(2, &per_pod, 0, 30_000),
         e2e_tests::hpa::pods_average_value(2, &oracle_milli, 0, 30_000),
@@ -171,7 +153,7 @@ fn the_adapter_serves_per_pod_gpu_metrics_from_the_exporters() {
     // The namespace object: the mean over its pods.
     let ns =
         a.ok("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/metrics/gpu_utilization");
-    assert_eq!(items(&ns), vec![("inference".to_string(), 36_000)]);
+    assert_eq!(items_milli(&ns), vec![("inference".to_string(), 36_000)]);
 }
 
 #[test]
@@ -242,7 +224,7 @@ fn values_survive_a_short_outage_then_age_out() {
     let mut e = exporter(&node);
     let a = adapter(&e, &node, &["--max-staleness", "10s"]);
     let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization";
-    let before = items(&a.ok(path));
+    let before = items_milli(&a.ok(path));
     assert_eq!(before.len(), 2, "{before:?}");
     let killed_at = std::time::Instant::now();
     let killed = Command::new("kill")
@@ -267,7 +249,7 @@ fn values_survive_a_short_outage_then_age_out() {
     );
     assert_eq!(status, 200, "{during}");
     assert_eq!(
-        items(&during),
+        items_milli(&during),
         before,
         "the last values survive a short outage"
     );
@@ -499,14 +481,14 @@ fn kubectl_get_raw_reads_every_way_in() {
         .iter()
         .map(|(p, v)| (p.clone(), to_milli(*v)))
         .collect();
-    assert_items_close(path, &items(&raw(path)), &want);
+    assert_items_close(path, &items_milli(&raw(path)), &want);
 
     let path = "/apis/custom.metrics.k8s.io/v1beta1/namespaces/ml/pods/train-0/gpu_power_watts";
     let want = exporter_pod_value(&samples, "ml", "train-0", "gpu_power_watts");
     assert!(want > 0.0, "train-0 holds a whole GPU and has its power");
     assert_items_close(
         path,
-        &items(&raw(path)),
+        &items_milli(&raw(path)),
         &[("train-0".to_string(), to_milli(want))],
     );
 
@@ -516,13 +498,13 @@ fn kubectl_get_raw_reads_every_way_in() {
         .map(|(p, v)| (p.clone(), to_milli(*v)))
         .collect();
     assert_eq!(want.len(), 2, "train-0 and idx-0: {want:?}");
-    assert_items_close(path, &items(&raw(path)), &want);
+    assert_items_close(path, &items_milli(&raw(path)), &want);
 
     // Objects: the mean over their pods; the Deployment `resnet` owns both shares.
     let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/gpu_utilization";
     assert_items_close(
         path,
-        &items(&raw(path)),
+        &items_milli(&raw(path)),
         &[("resnet".to_string(), to_milli(mean(&inference)))],
     );
     let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/serve/metrics/gpu_memory_used_bytes";
@@ -530,7 +512,7 @@ fn kubectl_get_raw_reads_every_way_in() {
     assert_eq!(serve.len(), 4, "the four MIG pods: {serve:?}");
     assert_items_close(
         path,
-        &items(&raw(path)),
+        &items_milli(&raw(path)),
         &[("serve".to_string(), to_milli(mean(&serve)))],
     );
 
@@ -766,7 +748,7 @@ fn the_adapter_reports_its_traffic_and_source_health_to_prometheus() {
     let listed: usize = ["ml", "serve", "inference", "default"]
         .iter()
         .map(|ns| {
-            items(&a.ok(&format!(
+            items_milli(&a.ok(&format!(
                 "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/gpu_utilization"
             )))
             .len()
@@ -802,10 +784,7 @@ fn the_adapter_reports_its_traffic_and_source_health_to_prometheus() {
     let served = prometheus.query(
         "gpu_metrics_adapter_http_requests_total{job=\"adapter\",api=\"custom\",code=\"200\"}",
     );
-    let served: f64 = served[0]["value"][1]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .expect("a count");
+    let served = query_value(&served[0]);
     assert!(served >= 3.0, "{served}");
 }
 
@@ -854,7 +833,7 @@ fn the_adapter_long_polls_the_exporter_sample_by_sample() {
     let e = e2e_tests::attributed_exporter_with(
         &node,
         SCENARIO,
-        &["--log-level", "info,gpu_exporter::http=debug"],
+        &["--log-level", "info,gpu_exporter::serving::http=debug"],
     );
     let a = adapter_with_interval(&e, &node, "1h");
     let successes = || {

@@ -4,11 +4,12 @@
 //! per-pod base answers; and a signal without pods (a fake gateway's queue) reaching a
 //! KEDA client's `StreamIsActive` within a second of the first waiting request.
 
-use e2e_tests::quantity::milli_value;
-use e2e_tests::{Adapter, KubeNode, Prometheus, attributed_exporter, get, wait_for};
+use e2e_tests::metrics_api::items_by_name;
+use e2e_tests::{
+    Adapter, KubeNode, Prometheus, attributed_exporter, get, try_query_value, wait_for,
+};
 use gpu_metrics_adapter::faces::keda::proto::external_scaler_client::ExternalScalerClient;
 use gpu_metrics_adapter::faces::keda::proto::{GetMetricsRequest, ScaledObjectRef};
-use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -21,24 +22,6 @@ const PRESSURE: &str = "pressure=max(gpu_utilization/70, gpu_memory_utilization/
 /// The same formula, here.
 fn pressure(util: f64, mem: f64) -> f64 {
     (util / 70.0).max(mem / 80.0) * 100.0
-}
-
-/// (name, value) of each item of a MetricValueList or ExternalMetricValueList.
-fn items(v: &Value) -> BTreeMap<String, f64> {
-    v["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no items in {v}"))
-        .iter()
-        .map(|i| {
-            let name = i["describedObject"]["name"]
-                .as_str()
-                .or_else(|| i["metricLabels"]["pod"].as_str())
-                .unwrap_or("")
-                .to_string();
-            let milli = milli_value(i["value"].as_str().expect("quantity")).expect("quantity");
-            (name, milli as f64 / 1000.0)
-        })
-        .collect()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -73,7 +56,7 @@ fn composite_and_percentile_answers_match_the_formula_over_each_pod() {
         PRESSURE,
     ]);
     let pods = |ns: &str, metric: &str| {
-        items(&a.ok(&format!(
+        items_by_name(&a.ok(&format!(
             "/apis/custom.metrics.k8s.io/v1beta2/namespaces/{ns}/pods/*/{metric}"
         )))
     };
@@ -103,7 +86,7 @@ fn composite_and_percentile_answers_match_the_formula_over_each_pod() {
 
         // Percentiles and the other aggregations over the namespace's pods, as one
         // external item, against the per-pod items of the same metric.
-        let per_pod: Vec<f64> = items(&a.ok(&format!(
+        let per_pod: Vec<f64> = items_by_name(&a.ok(&format!(
             "/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/pressure"
         )))
         .into_values()
@@ -120,7 +103,7 @@ fn composite_and_percentile_answers_match_the_formula_over_each_pod() {
             let path =
                 format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/pressure:{suffix}");
             let v = a.ok(&path);
-            let got = items(&v);
+            let got = items_by_name(&v);
             assert_eq!(got.len(), 1, "{path}: one item: {v}");
             assert_eq!(v["items"][0]["metricName"], format!("pressure:{suffix}"));
             let got = got[""];
@@ -142,7 +125,7 @@ fn composite_and_percentile_answers_match_the_formula_over_each_pod() {
         let v = a.ok(&format!(
             "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/deployments.apps/resnet/{metric}"
         ));
-        items(&v)["resnet"]
+        items_by_name(&v)["resnet"]
     };
     let mean = values.iter().sum::<f64>() / 2.0;
     assert!(
@@ -300,7 +283,7 @@ fn a_gateway_queue_wakes_keda_within_a_second() {
     ]);
     let path =
         "/apis/external.metrics.k8s.io/v1beta1/namespaces/inference/gateway_requests_waiting";
-    assert_eq!(items(&a.ok(path))[""], 0.0, "the queue is empty");
+    assert_eq!(items_by_name(&a.ok(path))[""], 0.0, "the queue is empty");
     let (status, _) =
         a.get("/apis/external.metrics.k8s.io/v1beta1/namespaces/other/gateway_requests_waiting");
     assert_eq!(status, 404, "a signal is served in its own namespace only");
@@ -431,12 +414,9 @@ fn a_promql_signal_reads_a_real_prometheus() {
         "the adapter serves Prometheus' sum",
         Duration::from_secs(30),
         || {
-            let want: f64 = prom.query("sum(gateway_requests_waiting)")[0]["value"][1]
-                .as_str()?
-                .parse()
-                .ok()?;
+            let want = try_query_value(&prom.query("sum(gateway_requests_waiting)")[0])?;
             let (status, v) = a.get(path);
-            (status == 200 && want == 12.0 && items(&v)[""] == want).then_some(())
+            (status == 200 && want == 12.0 && items_by_name(&v)[""] == want).then_some(())
         },
     );
     let (status, text) = get(&format!("{}/apis/external.metrics.k8s.io/v1beta1", a.base));

@@ -2,11 +2,10 @@
 //! finds the exporter through the EndpointSlices of its Service in the (fake) API
 //! server, and its targets follow the slices as they come and go.
 
-use e2e_tests::quantity::milli_value;
+use e2e_tests::metrics_api::items_milli;
 use e2e_tests::{Adapter, KubeNode, Process, attributed_exporter, get, wait_for, workspace};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::Value;
 use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
@@ -65,25 +64,6 @@ pub(crate) fn slice(
     }
 }
 
-/// (pod name, milli-value) of a MetricValueList.
-fn items(v: &Value) -> Vec<(String, i64)> {
-    v["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no items in {v}"))
-        .iter()
-        .map(|i| {
-            let q = i["value"].as_str().expect("quantity string");
-            (
-                i["describedObject"]["name"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                milli_value(q).expect("valid quantity"),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn the_adapter_scrapes_the_exporters_its_service_s_endpoint_slices_list() {
     let node = KubeNode::start(SCENARIO, "node-a");
@@ -122,13 +102,13 @@ fn the_adapter_scrapes_the_exporters_its_service_s_endpoint_slices_list() {
         (status == 200).then_some(v)
     });
     assert_eq!(
-        items(&v),
+        items_milli(&v),
         vec![("train-0".to_string(), 40_960 * 1_048_576 * 1000)]
     );
     let all =
         a.get("/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization");
     assert_eq!(all.0, 200, "{}", all.1);
-    assert_eq!(items(&all.1).len(), 2, "{}", all.1);
+    assert_eq!(items_milli(&all.1).len(), 2, "{}", all.1);
     let log = a.process.log();
     assert!(
         log.contains("exporter targets changed") && log.contains("exporters=1"),

@@ -1,9 +1,12 @@
 //! gpu-metrics-adapter with the Prometheus-compatible source: a real Prometheus scrapes
 //! the exporter (attributed to pods through the simulated Kubernetes node), and the
-//! adapter answers from instant queries the same per-pod values as the direct source.
+//! adapter answers from instant queries the same per-pod values as the direct source; a
+//! `promql:` signal reads Prometheus 3's annotated answers.
 
 use e2e_tests::quantity::milli_value;
-use e2e_tests::{Adapter, KubeNode, Prometheus, attributed_exporter, get, wait_for};
+use e2e_tests::{
+    Adapter, Exporter, KubeNode, Prometheus, attributed_exporter, get, urlencode, wait_for,
+};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -160,4 +163,55 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
             "no X-Scope-OrgID header in:\n{head}"
         );
     }
+}
+
+/// Prometheus 3 annotates answers: `rate()` over dcgm-exporter's counters, whose names
+/// lack `_total`, comes with an `infos` entry ("metric might not be a counter"). A
+/// `promql:` signal on such a query is still read, and is what Prometheus answers.
+#[test]
+fn a_promql_signal_reads_prometheus_3_answers_with_annotations() {
+    let e = Exporter::start(&["--simulate=builtin:default", "-c", "500"], &[]);
+    let target = e.base.trim_start_matches("http://").to_string();
+    let prom = Prometheus::start(&[("gpu", &target, "")]);
+    let query = "count(rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[10s]))";
+    // The raw answer: eight GPUs, and the annotation Prometheus 3 adds.
+    let raw = wait_for(
+        "Prometheus has two samples of every GPU's energy",
+        Duration::from_secs(60),
+        || {
+            let (status, body) = get(&format!(
+                "{}/api/v1/query?query={}",
+                prom.base,
+                urlencode(query)
+            ));
+            let v: Value = serde_json::from_str(&body).ok()?;
+            (status == 200 && v["data"]["result"][0]["value"][1] == "8").then_some(v)
+        },
+    );
+    let infos = raw["infos"].as_array().cloned().unwrap_or_default();
+    assert!(
+        infos.iter().any(|i| i
+            .as_str()
+            .is_some_and(|s| s.contains("might not be a counter"))),
+        "Prometheus 3 annotates rate() on a name without _total: {raw}"
+    );
+    let a = Adapter::start(&[
+        "--exporter-url",
+        "http://127.0.0.1:1/metrics",
+        "--signal-prometheus-url",
+        &prom.base,
+        "--signal",
+        &format!("inference/gpus=promql:{query}"),
+    ]);
+    let path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/inference/gpus";
+    let v = wait_for(
+        "the adapter serves the signal",
+        Duration::from_secs(30),
+        || {
+            let (status, v) = a.get(path);
+            (status == 200).then_some(v)
+        },
+    );
+    let value = milli_value(v["items"][0]["value"].as_str().expect("quantity")).expect("quantity");
+    assert_eq!(value, 8_000, "{v}");
 }

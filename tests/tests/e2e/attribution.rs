@@ -3,7 +3,9 @@
 //! socket, a fake API server serving the node's pod watch, a fake /proc). Every test
 //! asserts exact label sets on `/metrics`.
 
-use e2e_tests::{Exporter, KubeNode, fake_nvml, fixture, sample_value, samples, wait_for};
+use e2e_tests::{
+    Exporter, KubeNode, fake_nvml, fixture, line_value, sample_value, samples, wait_for,
+};
 use std::time::Duration;
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
@@ -127,7 +129,7 @@ fn assert_shares_sum_to_devices(body: &str, n: &gpu_sim::SimNode) {
             samples(body, name)
                 .into_iter()
                 .filter(|l| l.contains(&uuid) && !l.contains("GPU_I_ID="))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .filter_map(line_value)
                 .sum()
         };
         if let Some(util) = reading.gpu_util_percent {
@@ -307,7 +309,7 @@ fn a_shared_gpu_is_split_per_pod_and_the_shares_sum_to_the_device() {
     let resnet: f64 = samples(&body, "DCGM_FI_DEV_GPU_UTIL")
         .into_iter()
         .filter(|l| l.contains("app=\"resnet-inference\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .filter_map(line_value)
         .sum();
     assert_eq!(resnet, util_a + util_b);
     assert_shares_sum_to_devices(&body, &n);

@@ -49,9 +49,9 @@ fn a_real_control_plane_aggregates_authorizes_and_scales() {
 /// Issue 20, least privilege, against what really happened: the kube-apiserver's audit
 /// log (cluster.sh records the three accounts) lists every request the exporters, the
 /// adapter and the HPA controller made so far. None was refused; each is a call
-/// rbac.rs read from the binary's source (so deploy.rs's "grants == calls" holds for
+/// rbac.rs read from the binary's source (so deploy/adapter.rs's "grants == calls" holds for
 /// the real traffic too); the HPA controller only gets and lists metrics. The
-/// bootstrap roles deploy/ binds grant what deploy.rs assumes.
+/// bootstrap roles deploy/ binds grant what deploy/mod.rs assumes.
 fn the_service_accounts_call_only_what_the_code_says_and_rbac_grants(c: &Cluster) {
     use crate::rbac::{self, Call};
     let exporter = "system:serviceaccount:gpu-exporter:gpu-exporter";
@@ -643,7 +643,7 @@ fn the_hpa_scales_on_the_external_metric(c: &Cluster) {
 /// Every kustomization of deploy/ (static-certs is what `up` applied), rendered by the
 /// cluster's kubectl and applied server-side: built-in kinds are created for real;
 /// objects of CRD kinds (Prometheus Operator, KEDA, cert-manager) are left out here and
-/// validated against their schemas by deploy.rs.
+/// validated against their schemas by deploy/validation.rs.
 fn every_kustomization_applies_server_side(c: &Cluster) {
     let served: BTreeSet<String> = c
         .ok(&["api-resources", "--no-headers"])

@@ -5,7 +5,7 @@
 
 use e2e_tests::{
     Exporter, Process, Prometheus, binary, fake_nvml, fixture, sample_value, samples, scratch_dir,
-    wait_for, workspace,
+    try_query_value, wait_for, workspace,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -55,9 +55,7 @@ fn present(prom: &Prometheus, names: &[&str]) -> Vec<String> {
 }
 
 fn prom_value(prom: &Prometheus, q: &str) -> Option<f64> {
-    prom.query(q)
-        .first()
-        .and_then(|r| r["value"][1].as_str()?.parse().ok())
+    prom.query(q).first().and_then(try_query_value)
 }
 
 const NAMES: [&str; 3] = [

@@ -6,7 +6,7 @@
 //! dashboard, every template variable and every recording rule with data.
 
 use e2e_tests::fake_engine::FakeEngines;
-use e2e_tests::{Exporter, Prometheus, scratch_dir, try_get, try_wait_for, urlencode};
+use e2e_tests::{Exporter, Prometheus, promtool, scratch_dir, try_get, try_wait_for, urlencode};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -151,10 +151,7 @@ fn run(cmd: &mut Command) -> (i32, String) {
 fn promtool_checks_and_unit_tests_the_rules() {
     let dir = scratch_dir("rules");
     let rules_file = write_rule_file(&dir);
-    let (code, out) = run(Command::new("promtool")
-        .arg("check")
-        .arg("rules")
-        .arg(&rules_file));
+    let (code, out) = run(promtool().arg("check").arg("rules").arg(&rules_file));
     assert_eq!(code, 0, "promtool check rules:\n{out}");
 
     let mut test_files = Vec::new();
@@ -168,7 +165,7 @@ fn promtool_checks_and_unit_tests_the_rules() {
     }
     test_files.sort();
     assert!(!test_files.is_empty(), "no promtool tests in {RULE_TESTS}");
-    let (code, out) = run(Command::new("promtool")
+    let (code, out) = run(promtool()
         .current_dir(&dir)
         .args(["test", "rules"])
         .args(&test_files));
@@ -296,8 +293,9 @@ fn references(text: &str) -> Vec<String> {
 
 /// The enabled fields of the exporter's default counters CSV (dcgm-exporter's list).
 fn default_fields() -> BTreeSet<String> {
-    let csv = std::fs::read_to_string(root().join("exporter/src/catalog/default-counters.csv"))
-        .expect("default counters");
+    let csv =
+        std::fs::read_to_string(root().join("exporter/src/plan/catalog/default-counters.csv"))
+            .expect("default counters");
     csv.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))

@@ -2,7 +2,7 @@
 //! node (`builtin:demo`) with its pods. Checked against the scenario itself, read
 //! through gpu-sim: which GPU each pod holds, and the notebooks' processes.
 
-use e2e_tests::{Exporter, Prometheus, sample_value, samples, wait_for};
+use e2e_tests::{Exporter, Prometheus, line_value, sample_value, samples, wait_for};
 use gpu_sim::{Scenario, SimNode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -151,7 +151,7 @@ fn simulate_without_a_value_serves_the_demo_pods() {
         let value = samples(&body, "DCGM_FI_DEV_FB_USED")
             .into_iter()
             .find(|l| labels(l) == *line)
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+            .and_then(line_value);
         assert_eq!(value, Some(mib as f64), "{}", pod.name);
     }
 

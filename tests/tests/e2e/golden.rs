@@ -8,8 +8,8 @@
 //! model ([`model_value`]): a family the model does not know fails it.
 
 use e2e_tests::{
-    Exporter, assert_promtool_accepts_dcgm_exposition, fixture, get_bytes_with, get_with, gunzip,
-    series_values,
+    assert_promtool_accepts_dcgm_exposition, fixture, get_bytes_with, get_with,
+    golden_node_exporter, gunzip, series_values,
 };
 use gpu_sim::{FabricState, Scenario, SimNode};
 use std::collections::BTreeMap;
@@ -42,21 +42,6 @@ fn normalise(body: &str) -> String {
         + "\n"
 }
 
-fn start() -> Exporter {
-    Exporter::start(
-        &[
-            "--simulate=tests/fixtures/golden-node.toml",
-            "-f",
-            "tests/fixtures/all-fields.csv",
-            "--process-metrics",
-            "--openmetrics",
-            "-c",
-            "100",
-        ],
-        &[("NODE_NAME", "golden-node")],
-    )
-}
-
 fn check_golden(name: &str, actual: &str) {
     let path = fixture(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
@@ -83,7 +68,7 @@ fn check_golden(name: &str, actual: &str) {
 
 #[test]
 fn metrics_match_the_golden_files_in_both_formats() {
-    let exporter = start();
+    let exporter = golden_node_exporter(&[]);
     // Three cycles: rate fields need two readings.
     let text = exporter.metrics_after_samples(3);
     check_golden("golden.prom", &normalise(&text));
@@ -101,7 +86,7 @@ fn metrics_match_the_golden_files_in_both_formats() {
 
 #[test]
 fn gzip_responses_carry_the_same_metrics_in_both_formats() {
-    let exporter = start();
+    let exporter = golden_node_exporter(&[]);
     let plain = normalise(&exporter.metrics_after_samples(3));
     let (status, body, encoding) =
         get_bytes_with(&exporter.url("/metrics"), &[("Accept-Encoding", "gzip")]);
@@ -134,7 +119,7 @@ fn exported_values_are_the_scenarios_values() {
     let scenario = Scenario::load(&fixture("golden-node.toml")).expect("scenario");
     let node = SimNode::new(&scenario, UNIX_EPOCH);
     let t = 60.0;
-    let exporter = start();
+    let exporter = golden_node_exporter(&[]);
     let body = exporter.metrics_after_samples(2);
     for gpu in 0..4u32 {
         let g = gpu.to_string();

@@ -4,7 +4,7 @@
 //! the shipped alert rules, and its query API shows every new series with dcgm-exporter's
 //! labels and the values the scenario model holds.
 
-use e2e_tests::{Exporter, Prometheus, fake_nvml, scratch_dir, wait_for};
+use e2e_tests::{Exporter, Prometheus, fake_nvml, query_value, scratch_dir, wait_for};
 use gpu_sim::{Scenario, SimNode};
 use std::time::{Duration, SystemTime};
 
@@ -20,14 +20,6 @@ fn model() -> SimNode {
 
 /// One model value of a GPU reading.
 type Getter = fn(&gpu_sim::GpuReading) -> u64;
-
-fn value(s: &serde_json::Value) -> f64 {
-    s["value"][1]
-        .as_str()
-        .expect("value")
-        .parse()
-        .expect("number")
-}
 
 /// `promql`'s series by their `gpu` label, once there are `n`.
 fn by_gpu(prom: &Prometheus, promql: &str, n: usize) -> Vec<(String, serde_json::Value)> {
@@ -89,7 +81,7 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
         let series = by_gpu(&prom, field, 3);
         for (gpu, s) in &series {
             let want = of(&m.gpu_reading(gpu.parse().unwrap(), t));
-            assert_eq!(value(s), want as f64, "{field} GPU {gpu}: {s}");
+            assert_eq!(query_value(s), want as f64, "{field} GPU {gpu}: {s}");
         }
     }
     // The model itself says what the scenario means (an oracle for the oracle).
@@ -105,11 +97,11 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
         Some("154"),
         "{xids:?}"
     );
-    assert_eq!(value(&xids[0].1), 1.0);
+    assert_eq!(query_value(&xids[0].1), 1.0);
     assert_eq!(labels(&xids[1].1, "xid").as_deref(), Some("13"));
-    assert_eq!(value(&xids[1].1), 3.0);
+    assert_eq!(query_value(&xids[1].1), 3.0);
     assert_eq!(labels(&xids[2].1, "xid"), None);
-    assert_eq!(value(&xids[2].1), 0.0);
+    assert_eq!(query_value(&xids[2].1), 0.0);
     assert!(
         xids.iter()
             .all(|(_, s)| labels(s, "window_size_in_ms").as_deref() == Some("60000")),
@@ -118,14 +110,16 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
     // They agree with the true counter.
     let total = prom.query("sum(gpu_exporter_xid_errors_total)");
     assert_eq!(total.len(), 1);
-    assert_eq!(value(&total[0]), 4.0);
+    assert_eq!(query_value(&total[0]), 4.0);
 
     // Clock events: GPU 1's HW thermal slowdown counts cycles and keeps counting.
     let thermal = "DCGM_EXP_CLOCK_EVENTS_COUNT{gpu=\"1\",clock_event=\"hw_thermal\",window_size_in_ms=\"30000\"}";
-    let first = value(&by_gpu(&prom, thermal, 1)[0].1);
+    let first = query_value(&by_gpu(&prom, thermal, 1)[0].1);
     wait_for("hw_thermal cycles to grow", Duration::from_secs(30), || {
         let r = prom.query(thermal);
-        r.first().is_some_and(|s| value(s) > first).then_some(())
+        r.first()
+            .is_some_and(|s| query_value(s) > first)
+            .then_some(())
     });
 
     // Health: worst finding per watch, DCGM's values and codes.
@@ -135,7 +129,7 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
         ));
         assert_eq!(r.len(), 1, "GPU {gpu} {watch}: {r:?}");
         (
-            value(&r[0]),
+            query_value(&r[0]),
             labels(&r[0], "health_error_code").unwrap_or_default(),
         )
     };
@@ -154,7 +148,7 @@ fn health_signals_reach_prometheus_and_fire_the_shipped_alerts() {
     );
     let quiet = prom.query("DCGM_EXP_GPU_HEALTH_STATUS{gpu=\"2\"}");
     assert_eq!(quiet.len(), 6, "{quiet:?}");
-    assert!(quiet.iter().all(|s| value(s) == 0.0), "{quiet:?}");
+    assert!(quiet.iter().all(|s| query_value(s) == 0.0), "{quiet:?}");
 
     // The shipped rules fire on what the exporter serves.
     wait_for(

@@ -249,20 +249,27 @@ fn check(crate_dir: &str, never: &[(&str, &[&str])]) -> BTreeMap<Module, BTreeSe
 
 #[test]
 fn the_exporter_flows_one_way_without_circles() {
-    // The sampler reads sources and writes snapshots; encoders read snapshots; http
-    // serves what encoders write. Nothing reaches back.
+    // The sampler reads sources and writes snapshots; encoders read snapshots; serving
+    // answers with what encoders write. The plan (catalog, counters CSV) is read by all
+    // of them and reads none. Nothing reaches back.
     let edges = check(
         "exporter",
         &[
-            ("source", &["sampler", "snapshot", "encode", "http"]),
-            ("sampler", &["encode", "http"]),
-            ("snapshot", &["sampler", "encode", "http"]),
-            ("encode", &["sampler", "http"]),
+            (
+                "plan",
+                &["source", "sampler", "snapshot", "encode", "serving"],
+            ),
+            ("source", &["sampler", "snapshot", "encode", "serving"]),
+            ("sampler", &["encode", "serving"]),
+            ("snapshot", &["sampler", "encode", "serving"]),
+            ("encode", &["sampler", "serving"]),
         ],
     );
     // The reader itself must see the real imports, or the checks above prove nothing.
     assert!(!imports(&edges, "encode", "snapshot").is_empty());
     assert!(!imports(&edges, "sampler", "source").is_empty());
+    assert!(!imports(&edges, "serving", "encode").is_empty());
+    assert!(!imports(&edges, "sampler", "plan").is_empty());
 }
 
 #[test]
@@ -310,4 +317,100 @@ fn a_circle_and_an_upstream_import_are_found() {
         "{found:?}"
     );
     assert_eq!(imports(&edges, "b", "a"), vec!["b → a".to_string()]);
+}
+
+/// The error types of `Result<…>`s in `code` that are a bare `String` (or a tuple with
+/// one), wherever the `Result` is written: a return type, a field, a generic argument.
+fn string_errors(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("Result<") {
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + "Result<".len()..];
+        if before.is_some_and(is_ident) {
+            continue; // `FooResult<`, another type
+        }
+        // The top-level arguments, up to the matching `>`.
+        let (mut depth, mut args, mut start) = (0usize, Vec::new(), 0);
+        for (at, c) in rest.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' if depth > 0 => depth -= 1,
+                '>' => {
+                    // A trailing comma leaves nothing after it.
+                    if !rest[start..at].trim().is_empty() {
+                        args.push(&rest[start..at]);
+                    }
+                    break;
+                }
+                ',' if depth == 0 => {
+                    args.push(&rest[start..at]);
+                    start = at + 1;
+                }
+                _ => {}
+            }
+        }
+        if let [.., _, error] = args.as_slice() {
+            let error: String = error.chars().filter(|c| !c.is_whitespace()).collect();
+            let in_tuple = error.starts_with('(')
+                && error
+                    .trim_matches(|c| c == '(' || c == ')')
+                    .split(',')
+                    .any(|part| part == "String");
+            if error == "String" || error == "std::string::String" || in_tuple {
+                found.push(
+                    args.join(",")
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                );
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn shipped_code_has_typed_errors_not_strings() {
+    // A `Result<_, String>` cannot be matched on: callers end up testing the message's
+    // words (`e.starts_with("no metric")`) to decide a status code. Every error in the
+    // products and the crates they ship with is a type.
+    let mut offenders = Vec::new();
+    for krate in [
+        "exporter",
+        "metrics-adapter",
+        "kube-support",
+        "tls-serving",
+        "config-file",
+    ] {
+        for (module, code) in modules(&workspace().join(krate).join("src")) {
+            for error in string_errors(&code) {
+                offenders.push(format!("{krate}: {}: Result<{error}>", name(&module)));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "untyped errors: {offenders:#?}");
+}
+
+#[test]
+fn string_errors_are_found_wherever_the_result_is_written() {
+    let found = string_errors(
+        "fn a() -> Result<u8, String> {}\n\
+         fn b() -> Result<Vec<(u8, u8)>, (usize, String)> {}\n\
+         struct C { d: ArcSwap<Result<Option<X>, String>> }\n\
+         fn e() -> Result<HashMap<String, u8>, Error> {}\n\
+         fn f() -> io::Result<String> {}\n\
+         fn g() -> MyResult<u8, String> {}\n\
+         fn h() -> Result<\n    u8,\n    String,\n> {}\n",
+    );
+    assert_eq!(
+        found,
+        [
+            "u8, String",
+            "Vec<(u8, u8)>, (usize, String)",
+            "Option<X>, String",
+            "u8, String",
+        ],
+        "{found:?}"
+    );
 }

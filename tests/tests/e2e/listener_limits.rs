@@ -6,6 +6,7 @@
 //! `tls-serving/tests/limits.rs` covers each limit in isolation (TLS, slowloris, HTTP/2
 //! streams, pings, the per-address cap).
 
+use e2e_tests::flood::{basic, exporter_with_web_config, get_from, runtime};
 use e2e_tests::{
     Adapter, Exporter, KubeNode, attributed_exporter, sample_value, scratch_dir, try_get,
     try_wait_for, wait_for,
@@ -242,17 +243,6 @@ fn the_exporter_answers_healthz_through_a_connection_flood() {
     });
 }
 
-/// A runtime for the tests that need many sockets, each bound to its own loopback
-/// address (any 127.0.0.0/8 address reaches the exporter on 127.0.0.1 on Linux, and
-/// each is a different client to it).
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 /// A connection to `to` from the loopback address `from`.
 async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
     let socket = tokio::net::TcpSocket::new_v4()?;
@@ -348,24 +338,14 @@ fn the_adapter_caps_connections_per_address_and_counts_refusals() {
         idle
     });
     let (status, _) = rt
-        .block_on(crate::web_config::get_from(
-            flooder,
-            to,
-            "/metrics",
-            "Basic eDp5",
-        ))
+        .block_on(get_from(flooder, to, "/metrics", "Basic eDp5"))
         .expect("an answer");
     assert_eq!(
         status, 503,
         "beyond its cap, an address gets the health paths only"
     );
     let (status, _) = rt
-        .block_on(crate::web_config::get_from(
-            flooder,
-            to,
-            "/livez",
-            "Basic eDp5",
-        ))
+        .block_on(get_from(flooder, to, "/livez", "Basic eDp5"))
         .expect("an answer");
     assert_eq!(status, 200, "its probes still pass");
     let metrics = format!("{}/metrics", a.base);
@@ -398,16 +378,7 @@ fn a_first_login_gets_in_during_a_wrong_password_flood() {
     let hash = bcrypt::hash("scrape-secret", 7).expect("hash");
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).expect("web");
-    let e = Exporter::start(
-        &[
-            "--simulate=builtin:default",
-            "-c",
-            "500",
-            "--web-config-file",
-            web.to_str().expect("utf-8"),
-        ],
-        &[],
-    );
+    let e = exporter_with_web_config(&web);
     let to: SocketAddr = address(&e.base).parse().expect("exporter address");
     let flooding = Arc::new(AtomicBool::new(true));
     let failed_once = Arc::new(AtomicUsize::new(0));
@@ -427,7 +398,7 @@ fn a_first_login_gets_in_during_a_wrong_password_flood() {
                         break;
                     }
                     let wrong = basic("prometheus", &format!("guess-{from}-{guess}"));
-                    let answer = crate::web_config::get_from(from, to, "/metrics", &wrong).await;
+                    let answer = get_from(from, to, "/metrics", &wrong).await;
                     if answer.is_ok() {
                         answered.fetch_add(1, Ordering::AcqRel);
                     }
@@ -466,9 +437,7 @@ fn a_first_login_gets_in_during_a_wrong_password_flood() {
     let answered_before = answered.load(Ordering::Acquire);
     for _ in 0..TRIES {
         let answer = rt
-            .block_on(crate::web_config::get_from(
-                prometheus, to, "/metrics", &right,
-            ))
+            .block_on(get_from(prometheus, to, "/metrics", &right))
             .expect("an answer");
         answers.push(answer);
         if answer.0 == 200 {
@@ -499,12 +468,4 @@ fn a_first_login_gets_in_during_a_wrong_password_flood() {
         .filter(|l| l.contains("password checks refused with 429"))
         .count();
     assert!((1..=4).contains(&warnings), "{warnings} warnings:\n{log}");
-}
-
-/// `Authorization: Basic …`.
-fn basic(user: &str, password: &str) -> String {
-    use base64::Engine;
-    let encoded =
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}").as_bytes());
-    format!("Basic {encoded}")
 }

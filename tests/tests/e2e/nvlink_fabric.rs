@@ -4,7 +4,9 @@
 //! an actively cooled board; Prometheus scrapes both and evaluates the shipped rules.
 //! Every expected value comes from the gpu-sim model of the same scenario and instant.
 
-use e2e_tests::{Exporter, Prometheus, fake_nvml, scratch_dir, try_wait_for, wait_for};
+use e2e_tests::{
+    Exporter, Prometheus, fake_nvml, query_value, scratch_dir, try_wait_for, wait_for,
+};
 use gpu_sim::{Scenario, SimNode};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -74,14 +76,6 @@ fn prometheus_with_rules(jobs: &[(&str, &Exporter)]) -> Prometheus {
     Prometheus::start_with_config(&config, &[])
 }
 
-fn value(s: &Value) -> f64 {
-    s["value"][1]
-        .as_str()
-        .expect("value")
-        .parse()
-        .expect("number")
-}
-
 fn label<'a>(s: &'a Value, name: &str) -> &'a str {
     s["metric"][name].as_str().unwrap_or_default()
 }
@@ -127,7 +121,7 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
             "NVLink series name the GPU gpu_uuid: {s}"
         );
         let active = m.nvlink_active(gpu, link, GB200_AT);
-        assert_eq!(value(s), f64::from(u8::from(active)), "{s}");
+        assert_eq!(query_value(s), f64::from(u8::from(active)), "{s}");
     }
     let down = prom.query("DCGM_FI_DEV_NVLINK_GET_STATE{job=\"gb200\"} == 0");
     assert_eq!(down.len(), 1, "{down:?}");
@@ -142,7 +136,7 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
         1,
     );
     assert_eq!(
-        value(&replay[0]),
+        query_value(&replay[0]),
         m.nvlink_link_errors(2, 5, GB200_AT)[2] as f64
     );
 
@@ -151,7 +145,7 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
         let f = m.fabric(gpu, GB200_AT);
         let q = |name: &str| {
             let r = series(&prom, &format!("{name}{{job=\"gb200\",gpu=\"{gpu}\"}}"), 1);
-            value(&r[0])
+            query_value(&r[0])
         };
         assert_eq!(q("DCGM_FI_DEV_FABRIC_MANAGER_STATUS"), 3.0, "GPU {gpu}");
         assert_eq!(q("DCGM_FI_DEV_FABRIC_CLIQUE_ID"), f64::from(f.clique_id));
@@ -189,7 +183,7 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
     // DCGM's failure status and its DCGM_ST_NVML_ERROR code.
     let failed = |name: &str| {
         let r = series(&prom, &format!("{name}{{job=\"fans\",gpu=\"4\"}}"), 1);
-        value(&r[0])
+        query_value(&r[0])
     };
     assert_eq!(failed("DCGM_FI_DEV_FABRIC_MANAGER_STATUS"), 4.0);
     assert_eq!(failed("DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"), -8.0);
@@ -207,7 +201,7 @@ fn links_fabric_thermal_limits_and_fans_reach_prometheus_and_raise_the_alerts() 
     let speeds = series(&prom, "DCGM_FI_DEV_FAN_SPEED{job=\"fans\"}", 1);
     assert_eq!(label(&speeds[0], "gpu"), fan_gpus[0].to_string());
     let want = f.fan_speed_percent(fan_gpus[0], 0, FANS_AT).expect("a fan");
-    assert_eq!(value(&speeds[0]), f64::from(want));
+    assert_eq!(query_value(&speeds[0]), f64::from(want));
 
     // The shipped alerts, pending or firing, on exactly the faulty link and GPU.
     let mut got = BTreeSet::new();

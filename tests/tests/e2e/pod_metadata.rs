@@ -4,8 +4,8 @@
 //! server), checked on `/metrics` and through a real Prometheus.
 
 use e2e_tests::{
-    Exporter, KubeNode, Process, Prometheus, binary, fake_nvml, fixture, sample_value, samples,
-    scratch_dir, wait_for, workspace,
+    Exporter, KubeNode, Process, Prometheus, binary, fake_nvml, fixture, line_value, sample_value,
+    samples, scratch_dir, wait_for, workspace,
 };
 use std::process::Command;
 use std::time::Duration;
@@ -84,13 +84,6 @@ fn uid_of(node: &KubeNode, namespace: &str, name: &str) -> String {
         .find(|p| p.namespace == namespace && p.name == name)
         .unwrap_or_else(|| panic!("pod {namespace}/{name} in the API server"))
         .uid
-}
-
-fn value(line: &str) -> f64 {
-    line.rsplit(' ')
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("a value")
 }
 
 #[test]
@@ -228,15 +221,15 @@ fn virtual_gpus_repeat_a_shared_gpus_series_per_pod_with_vgpu() {
         );
     }
     assert_eq!(
-        value(power[0]),
-        value(power[1]),
+        line_value(power[0]).expect("a value"),
+        line_value(power[1]).expect("a value"),
         "copies of one device value"
     );
     // The split metrics keep their per-pod shares and the remainder: they still sum
     // to the device's utilisation in the scenario.
     let util: f64 = on_gpu(&body, "DCGM_FI_DEV_GPU_UTIL", &n.gpus[3].uuid)
         .iter()
-        .map(|l| value(l))
+        .map(|l| line_value(l).expect("a value"))
         .sum();
     assert_eq!(
         util,
@@ -300,7 +293,10 @@ fn hpc_jobs_label_series_and_follow_the_mapping_files() {
     // GPU 0's two copies carry its one value.
     let gpu0 = on_gpu(&body, "DCGM_FI_DEV_FB_USED", &n.gpus[0].uuid);
     assert_eq!(gpu0.len(), 2);
-    assert_eq!(value(gpu0[0]), value(gpu0[1]));
+    assert_eq!(
+        line_value(gpu0[0]).expect("a value"),
+        line_value(gpu0[1]).expect("a value")
+    );
 
     // Job 1002 ends, a job starts on GPU 1, and GPU 0's file turns malformed: GPU 0
     // keeps its last good jobs, GPU 1 is picked up, no restart.

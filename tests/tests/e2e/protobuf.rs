@@ -2,13 +2,15 @@
 //! serves the same series as its text format, decoded with the generated prost types;
 //! and a real Prometheus with native histograms negotiates protobuf and ingests them.
 
-use e2e_tests::{Exporter, Prometheus, get_raw, text_series, wait_for};
+use e2e_tests::{
+    Exporter, Prometheus, get_raw, golden_node_exporter, query_value, text_series, wait_for,
+};
 use gpu_exporter::encode::protobuf::{self, proto};
 use std::io::Read;
 use std::time::Duration;
 
-/// What Prometheus 2.42 sends with `--enable-feature=native-histograms`.
-const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+/// What Prometheus 3 sends with `scrape_native_histograms: true`.
+const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
 /// Self-metrics whose values change from one scrape or cycle to the next.
 const VOLATILE: &[&str] = &[
@@ -19,23 +21,6 @@ const VOLATILE: &[&str] = &[
     "gpu_exporter_scrape_duration_seconds_sum",
     "gpu_exporter_scrape_duration_seconds_count",
 ];
-
-fn start(extra_env: &[(&str, &str)]) -> Exporter {
-    let mut env = vec![("NODE_NAME", "golden-node")];
-    env.extend_from_slice(extra_env);
-    Exporter::start(
-        &[
-            "--simulate=tests/fixtures/golden-node.toml",
-            "-f",
-            "tests/fixtures/all-fields.csv",
-            "--process-metrics",
-            "--openmetrics",
-            "-c",
-            "100",
-        ],
-        &env,
-    )
-}
 
 /// The body's families, checking the response is the delimited protobuf format.
 fn scrape_protobuf(exporter: &Exporter, gzip: bool) -> Vec<proto::MetricFamily> {
@@ -75,7 +60,7 @@ fn assert_same_series(text: &str, families: &[proto::MetricFamily]) {
 
 #[test]
 fn protobuf_scrapes_carry_the_text_series_and_values() {
-    let exporter = start(&[]);
+    let exporter = golden_node_exporter(&[]);
     let text = exporter.metrics_after_samples(3);
     for gzip in [false, true] {
         let families = scrape_protobuf(&exporter, gzip);
@@ -115,23 +100,12 @@ fn protobuf_scrapes_carry_the_text_series_and_values() {
     );
 }
 
-fn value(sample: &serde_json::Value) -> f64 {
-    sample["value"][1]
-        .as_str()
-        .expect("value")
-        .parse()
-        .expect("number")
-}
-
 #[test]
 fn prometheus_with_native_histograms_negotiates_protobuf() {
-    let exporter = start(&[("RUST_LOG", "info,gpu_exporter::http=debug")]);
+    let exporter = golden_node_exporter(&[("RUST_LOG", "info,gpu_exporter::serving::http=debug")]);
     let text = exporter.metrics_after_samples(3);
     let target = exporter.base.trim_start_matches("http://").to_string();
-    let prom = Prometheus::start_with_args(
-        &[("pb", &target, "")],
-        &["--enable-feature=native-histograms"],
-    );
+    let prom = Prometheus::start(&[("pb", &target, "    scrape_native_histograms: true\n")]);
 
     // Every sample of a scrape is ingested: as many as the text body has lines.
     let series = text_series(&text).len();
@@ -140,7 +114,7 @@ fn prometheus_with_native_histograms_negotiates_protobuf() {
         Duration::from_secs(60),
         || {
             let r = prom.query("scrape_samples_scraped{job=\"pb\"}");
-            (r.len() == 1 && value(&r[0]) == series as f64).then_some(())
+            (r.len() == 1 && query_value(&r[0]) == series as f64).then_some(())
         },
     );
     // The exporter says which format it served.
@@ -157,14 +131,14 @@ fn prometheus_with_native_histograms_negotiates_protobuf() {
         .filter(|(s, _)| s.starts_with("DCGM_FI_DEV_POWER_USAGE{"))
         .collect::<Vec<_>>();
     let count = prom.query("count(DCGM_FI_DEV_POWER_USAGE{job=\"pb\"})");
-    assert_eq!(value(&count[0]), power.len() as f64);
+    assert_eq!(query_value(&count[0]), power.len() as f64);
     let gpu0 = prom.query("DCGM_FI_DEV_POWER_USAGE{job=\"pb\",gpu=\"0\"}");
     let want = power
         .iter()
         .find(|(s, _)| s.starts_with("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\","))
         .expect("GPU 0 power")
         .1;
-    assert_eq!(value(&gpu0[0]), want);
+    assert_eq!(query_value(&gpu0[0]), want);
     // Raw label values arrive intact; dcgm's counter names stay; the histogram is whole.
     assert!(
         !prom

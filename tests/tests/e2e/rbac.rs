@@ -1,5 +1,5 @@
 //! Least privilege (issue 20): the Kubernetes API calls each binary makes, read from its
-//! source, and the RBAC grants of deploy/ that cover them. deploy.rs holds the manifests
+//! source, and the RBAC grants of deploy/ that cover them. deploy/adapter.rs holds the manifests
 //! to exactly these calls (no rule unused, no call unpermitted); cluster.rs holds these
 //! calls to what the binaries actually did against a real kube-apiserver (its audit log).
 //!

@@ -5,7 +5,7 @@
 //! workload's pods or the namespace), metrics-api and KEDA's gRPC checked against the
 //! scripts, and never-seen and stale pods answered with errors, never a 0.
 
-use e2e_tests::quantity::milli_value;
+use e2e_tests::metrics_api::items;
 use e2e_tests::serving_engine::{EngineKind, SimEngine, Step};
 use e2e_tests::{Adapter, free_port, scratch_dir, try_wait_for, wait_for};
 use kube_sim::apiserver::{FakeApiServer, PodMeta};
@@ -41,27 +41,6 @@ fn pod(name: &str, replica: &str) -> PodMeta {
     ]);
     p.owner = Some(("ReplicaSet".into(), "vllm-7d9f".into()));
     p
-}
-
-/// (object or pod name, value) of every item of a MetricValueList or
-/// ExternalMetricValueList.
-fn items(v: &Value) -> Vec<(String, f64)> {
-    v["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no items in {v}"))
-        .iter()
-        .map(|i| {
-            let name = i["describedObject"]["name"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            let q = i["value"].as_str().expect("quantity string");
-            (
-                name,
-                milli_value(q).expect("valid quantity") as f64 / 1000.0,
-            )
-        })
-        .collect()
 }
 
 /// A value as the adapter's quantities carry it: to the thousandth.

@@ -8,6 +8,7 @@
 //! status, the headers, the certificate the server presented, the negotiated ALPN, and a
 //! refused handshake as an error.
 
+use e2e_tests::flood::{basic, exporter_with_web_config, get_from, runtime};
 use e2e_tests::https::client_config;
 use e2e_tests::pki::{Ca, Leaf};
 use e2e_tests::{
@@ -25,16 +26,6 @@ use std::time::{Duration, Instant};
 /// bcrypt at the lowest cost keeps the tests fast (real files use 10 or more).
 fn bcrypt_hash(password: &str) -> String {
     bcrypt::hash(password, 4).expect("bcrypt hash")
-}
-
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn basic(user: &str, password: &str) -> String {
-    format!("Basic {}", base64(format!("{user}:{password}").as_bytes()))
 }
 
 /// One HTTPS exchange as it happened.
@@ -170,16 +161,7 @@ impl Pki {
 
 /// The exporter on simulated GPUs with this web config; `base` is `https://…`.
 fn secure_exporter(web: &Path) -> Exporter {
-    let mut e = Exporter::start(
-        &[
-            "--simulate=builtin:default",
-            "-c",
-            "500",
-            "--web-config-file",
-            web.to_str().expect("utf-8 path"),
-        ],
-        &[],
-    );
+    let mut e = exporter_with_web_config(web);
     e.base = e.base.replacen("http://", "https://", 1);
     e
 }
@@ -659,45 +641,6 @@ fn the_metrics_adapter_scrapes_a_tls_and_basic_auth_exporter() {
     assert_eq!(wrong.get("/readyz").0, 503, "no exporter answered it");
 }
 
-/// One plain-HTTP/1.1 `GET path` from the local address `from` (any 127.0.0.0/8 address
-/// reaches the exporter on 127.0.0.1, so each one is a different client to it): the
-/// status and the `Retry-After` header.
-pub(crate) async fn get_from(
-    from: std::net::Ipv4Addr,
-    to: std::net::SocketAddr,
-    path: &str,
-    authorization: &str,
-) -> std::io::Result<(u16, Option<u64>)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind((from, 0).into())?;
-    let mut stream = socket.connect(to).await?;
-    stream
-        .write_all(
-            format!(
-                "GET {path} HTTP/1.1\r\nHost: {to}\r\nAuthorization: {authorization}\r\nConnection: close\r\n\r\n"
-            )
-            .as_bytes(),
-        )
-        .await?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await?;
-    let answer = String::from_utf8_lossy(&answer);
-    let head = answer.split("\r\n\r\n").next().unwrap_or_default();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no status in {head:?}")))?;
-    let retry_after = head.lines().find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        name.eq_ignore_ascii_case("retry-after")
-            .then(|| value.trim().parse().ok())
-            .flatten()
-    });
-    Ok((status, retry_after))
-}
-
 /// The bcrypt flood of issue 20: 256 clients, each from its own address, send random
 /// passwords while Prometheus keeps scraping with the right one. The scraper is answered
 /// 200 within its scrape timeout throughout; each flooding client is limited (429 with
@@ -720,27 +663,14 @@ fn a_wrong_password_flood_neither_starves_the_scraper_nor_goes_unlimited() {
         format!("basic_auth_users:\n  prometheus: '{hash}'\n  other: '{other_hash}'\n"),
     )
     .expect("web");
-    let e = Exporter::start(
-        &[
-            "--simulate=builtin:default",
-            "-c",
-            "500",
-            "--web-config-file",
-            web.to_str().expect("utf-8"),
-        ],
-        &[],
-    );
+    let e = exporter_with_web_config(&web);
     let to: std::net::SocketAddr = e
         .base
         .trim_start_matches("http://")
         .parse()
         .expect("exporter address");
     let right = basic("prometheus", "scrape-secret");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async move {
         let local = std::net::Ipv4Addr::LOCALHOST;
         // Prometheus verifies its password once before the flood.

@@ -24,7 +24,7 @@ impl GpuSource for Counting {
     fn describe(&self) -> String {
         "counting".into()
     }
-    fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+    fn discover(&mut self, _: &[crate::plan::catalog::LabelField]) -> Result<Inventory, ReadError> {
         Ok(Inventory {
             driver_version: "1".into(),
             nvml_version: "1".into(),
@@ -74,7 +74,7 @@ const PLAN: &str =
     "DCGM_FI_DEV_GPU_UTIL, gauge, u\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, e\n";
 
 fn counting_sampler(source: &Counting, periods: &str) -> Sampler {
-    let (plan, _) = crate::counters::plan(PLAN, "test.csv").unwrap();
+    let (plan, _) = crate::plan::counters::plan(PLAN, "test.csv").unwrap();
     let interval = Duration::from_secs(1);
     Sampler::new(
         Box::new(source.clone()),
@@ -164,7 +164,7 @@ fn every_period_at_one_cycle_reads_every_field_every_cycle() {
     }
     // And the sampler's own default, without a cadence, is the same.
     let source = Counting::default();
-    let (plan, _) = crate::counters::plan(PLAN, "test.csv").unwrap();
+    let (plan, _) = crate::plan::counters::plan(PLAN, "test.csv").unwrap();
     let mut s = Sampler::new(
         Box::new(source.clone()),
         Arc::new(plan),

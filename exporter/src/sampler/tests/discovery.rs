@@ -57,10 +57,11 @@ fn a_node_whose_driver_lists_no_gpu_is_not_ready_until_gpus_appear() {
         Arc::new(ExportPlan::default()),
         "".into(),
     )));
-    let state = crate::http::AppState::new(store.clone(), Duration::from_secs(3600), false);
+    let state =
+        crate::serving::http::AppState::new(store.clone(), Duration::from_secs(3600), false);
     for _ in 0..3 {
         store.store(Arc::new(s.cycle()));
-        let why = state.readiness(Instant::now()).unwrap_err();
+        let why = state.readiness(Instant::now()).unwrap_err().to_string();
         assert!(why.contains("no GPU"), "{why}");
     }
     source.set(vec![gpu(0)]);

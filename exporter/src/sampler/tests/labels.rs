@@ -72,7 +72,7 @@ fn replicas_attributor(proc_root: &std::path::Path) -> Attributor {
 }
 
 fn nvlink_and_util_plan() -> ExportPlan {
-    crate::counters::plan(
+    crate::plan::counters::plan(
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n\
          DCGM_FI_DEV_GPU_UTIL, gauge, u\n",
         "test.csv",
@@ -278,7 +278,8 @@ fn a_reloaded_plan_is_served_from_the_next_cycle_and_a_failed_one_is_reported() 
     assert_eq!(rendered(&snap, "DCGM_FI_DEV_GPU_UTIL").len(), 3);
     assert!(rendered(&snap, "DCGM_FI_DEV_FB_USED").is_empty());
     assert_eq!(snap.config_reload.map(|r| r.successful), Some(true));
-    let (plan, _) = crate::counters::plan("DCGM_FI_DEV_FB_USED, gauge, m\n", "new.csv").unwrap();
+    let (plan, _) =
+        crate::plan::counters::plan("DCGM_FI_DEV_FB_USED, gauge, m\n", "new.csv").unwrap();
     handle.succeeded(plan);
     let snap = s.cycle();
     assert!(rendered(&snap, "DCGM_FI_DEV_GPU_UTIL").is_empty());

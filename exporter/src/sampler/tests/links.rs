@@ -18,7 +18,7 @@ fn node() -> gpu_sim::SimNode {
 
 /// The text body of a third cycle (rates have a previous reading by then).
 fn render(csv: &str) -> String {
-    let (plan, _) = crate::counters::plan(csv, "test.csv").expect("plan");
+    let (plan, _) = crate::plan::counters::plan(csv, "test.csv").expect("plan");
     let mut s = Sampler::new(
         Box::new(SimulatedSource::new(node(), "gb200")),
         Arc::new(plan),

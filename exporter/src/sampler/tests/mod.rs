@@ -15,10 +15,10 @@ use super::*;
 use crate::attribution::Attributor;
 use crate::attribution::assign::Holder;
 use crate::attribution::pods::PodDirectory;
-use crate::catalog::{Convert, Quantity};
-use crate::counters::ExportPlan;
 use crate::hpc::HpcJobs;
-use crate::plan_reload::PlanHandle;
+use crate::plan::catalog::{Convert, Quantity};
+use crate::plan::counters::ExportPlan;
+use crate::plan::reload::PlanHandle;
 use crate::snapshot::{Snapshot, SnapshotStore, Value};
 use crate::source::{EntityInfo, GpuSource, Inventory, ProcessSample, Raw, ReadError};
 use arc_swap::ArcSwap;
@@ -41,7 +41,7 @@ impl GpuSource for Scripted {
     fn describe(&self) -> String {
         "scripted".into()
     }
-    fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+    fn discover(&mut self, _: &[crate::plan::catalog::LabelField]) -> Result<Inventory, ReadError> {
         self.discoveries.fetch_add(1, Ordering::SeqCst);
         if self.discover_up.load(Ordering::SeqCst) {
             Ok(Inventory {
@@ -120,7 +120,7 @@ impl GpuSource for Reshaping {
     fn describe(&self) -> String {
         "reshaping".into()
     }
-    fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+    fn discover(&mut self, _: &[crate::plan::catalog::LabelField]) -> Result<Inventory, ReadError> {
         self.discoveries.fetch_add(1, Ordering::SeqCst);
         self.discovered = self.now.lock().unwrap().clone();
         Ok(Inventory {
@@ -156,7 +156,7 @@ impl GpuSource for Reshaping {
 /// A sampler on `source` exporting one NVLink rate.
 fn rate_sampler(source: &Reshaping) -> Sampler {
     let (plan, _) =
-        crate::counters::plan("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n", "test.csv")
+        crate::plan::counters::plan("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n", "test.csv")
             .unwrap();
     Sampler::new(
         Box::new(source.clone()),
@@ -237,7 +237,7 @@ impl GpuSource for ThreeGpus {
     fn describe(&self) -> String {
         "three GPUs".into()
     }
-    fn discover(&mut self, _: &[crate::catalog::LabelField]) -> Result<Inventory, ReadError> {
+    fn discover(&mut self, _: &[crate::plan::catalog::LabelField]) -> Result<Inventory, ReadError> {
         Ok(Inventory {
             driver_version: "1".into(),
             nvml_version: "1".into(),

@@ -180,7 +180,7 @@ fn a_snapshot_splits_shared_gpus_labels_processes_and_rates_each_gpus_own_readin
     let a = shared_gpu_attributor(proc_root.path(), true, kubelet);
     // The rate first, the split metrics last: a share's slice of the values must
     // start at its own GPU's first metric.
-    let (plan, _) = crate::counters::plan(
+    let (plan, _) = crate::plan::counters::plan(
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, n\n\
          DCGM_FI_DEV_SM_CLOCK, gauge, c\n\
          DCGM_FI_DEV_GPU_UTIL, gauge, u\n\

@@ -5,7 +5,7 @@ use super::{
     Gpm, Handle, MigInstance, MigLayout, NvmlSource, ProcessReads, Slot, map_err, mig_devices_now,
     mig_profile_name, raw, read_label,
 };
-use crate::catalog::LabelField;
+use crate::plan::catalog::LabelField;
 use crate::source::{EntityInfo, GiPlacement, Inventory, MigInfo, ReadError};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::device::Device;

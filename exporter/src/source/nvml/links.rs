@@ -3,7 +3,7 @@
 //! counters through `nvmlDeviceGetNvLinkErrorCounter`.
 
 use super::{NvmlSource, map_err, raw};
-use crate::catalog::Quantity;
+use crate::plan::catalog::Quantity;
 use crate::source::{Raw, ReadError};
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper_sys::bindings::field_id::*;

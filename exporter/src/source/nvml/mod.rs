@@ -23,7 +23,7 @@ mod raw;
 pub mod sysfs;
 
 use super::{GpuSource, Inventory, ProcessSample, Raw, ReadError, XidEvent};
-use crate::catalog::{LabelField, Quantity};
+use crate::plan::catalog::{LabelField, Quantity};
 use events::XidWatcher;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::device::Device;
@@ -53,7 +53,7 @@ use std::path::PathBuf;
 /// pages, violation times, energy and the counters only fields expose. All IDs are
 /// below 251, where the driver-580 renumbering does not apply.
 mod field {
-    use crate::catalog::Quantity;
+    use crate::plan::catalog::Quantity;
     use nvml_wrapper_sys::bindings::field_id::*;
 
     /// `scopeId` meaning "all NVLink links".

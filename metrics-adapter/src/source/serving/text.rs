@@ -53,7 +53,8 @@ pub fn parse(
         let mut identity = hash_of(&name);
         if let Some(after) = rest.strip_prefix('{') {
             let count;
-            (rest, count) = parse_labels(after, &mut labels, &keep, &mut identity).map_err(&bad)?;
+            (rest, count) = parse_labels(after, &mut labels, &keep, &mut identity)
+                .map_err(|why| bad(&why.to_string()))?;
             if count > MAX_LABELS_PER_SERIES {
                 over_labels += 1;
                 continue;
@@ -108,27 +109,27 @@ fn parse_value(text: &str) -> Option<f64> {
 /// `name="value",…}` after the opening brace: the pairs `keep` names into `labels`
 /// (none past [`MAX_LABELS_PER_SERIES`]), what follows the closing brace, and how many
 /// pairs there were.
-fn parse_labels<'a>(
+pub(in crate::source) fn parse_labels<'a>(
     mut rest: &'a str,
     labels: &mut Vec<(String, String)>,
     keep: impl Fn(&str) -> bool,
     identity: &mut u64,
-) -> Result<(&'a str, usize), &'static str> {
+) -> Result<(&'a str, usize), LabelSyntax> {
     let mut count = 0;
     loop {
         rest = rest.trim_start();
         if let Some(after) = rest.strip_prefix('}') {
             return Ok((after, count));
         }
-        let eq = rest.find('=').ok_or("a label without a value")?;
+        let eq = rest.find('=').ok_or(LabelSyntax::NoValue)?;
         let name = rest[..eq].trim();
         if name.is_empty() {
-            return Err("an empty label name");
+            return Err(LabelSyntax::EmptyName);
         }
         rest = rest[eq + 1..]
             .trim_start()
             .strip_prefix('"')
-            .ok_or("a label value not in quotes")?;
+            .ok_or(LabelSyntax::Unquoted)?;
         count += 1;
         let kept = count <= MAX_LABELS_PER_SERIES && keep(name);
         let mut value = String::new();
@@ -144,10 +145,10 @@ fn parse_labels<'a>(
                 Some((_, '\\')) => match chars.next() {
                     Some((_, 'n')) => push('\n'),
                     Some((_, c)) => push(c),
-                    None => return Err("an unterminated label value"),
+                    None => return Err(LabelSyntax::Unterminated),
                 },
                 Some((_, c)) => push(c),
-                None => return Err("an unterminated label value"),
+                None => return Err(LabelSyntax::Unterminated),
             }
         };
         // Every pair counts towards the sample's identity, kept or not; added, so that
@@ -160,9 +161,24 @@ fn parse_labels<'a>(
         if let Some(after) = rest.strip_prefix(',') {
             rest = after;
         } else if !rest.starts_with('}') {
-            return Err("labels not separated by commas");
+            return Err(LabelSyntax::NoComma);
         }
     }
+}
+
+/// Why a label set is not `name="value",…}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LabelSyntax {
+    #[error("a label without a value")]
+    NoValue,
+    #[error("an empty label name")]
+    EmptyName,
+    #[error("a label value not in quotes")]
+    Unquoted,
+    #[error("an unterminated label value")]
+    Unterminated,
+    #[error("labels not separated by commas")]
+    NoComma,
 }
 
 #[cfg(test)]

@@ -282,7 +282,7 @@ impl WebConfig {
         let dir = path.parent().unwrap_or(Path::new(""));
 
         let tls = match raw.tls_server_config {
-            Some(t) => tls_settings(t, dir).map_err(fail)?,
+            Some(t) => tls_settings(t, dir).map_err(|why| fail(why.to_string()))?,
             None => None,
         };
 
@@ -327,7 +327,7 @@ impl WebConfig {
 
         let rate_limit = match raw.rate_limit {
             None => None,
-            Some(r) => rate_limit(r).map_err(|why| fail(format!("rate_limit: {why}")))?,
+            Some(r) => rate_limit(r).map_err(|why| fail(why.to_string()))?,
         };
 
         Ok(WebConfig {
@@ -471,7 +471,22 @@ fn yaml_problem(message: &str) -> String {
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
 }
 
-fn tls_settings(t: RawTls, dir: &Path) -> Result<Option<TlsSettings>, String> {
+/// A setting of the file that cannot be used: which one, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{setting}: {why}")]
+pub struct InvalidSetting {
+    pub setting: &'static str,
+    pub why: String,
+}
+
+fn invalid(setting: &'static str, why: impl Into<String>) -> InvalidSetting {
+    InvalidSetting {
+        setting,
+        why: why.into(),
+    }
+}
+
+fn tls_settings(t: RawTls, dir: &Path) -> Result<Option<TlsSettings>, InvalidSetting> {
     let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
     let cert_inline = non_empty(t.cert);
     let key_inline = non_empty(t.key);
@@ -481,85 +496,19 @@ fn tls_settings(t: RawTls, dir: &Path) -> Result<Option<TlsSettings>, String> {
     let ca_file = non_empty(t.client_ca_file);
     let auth_name = t.client_auth_type.unwrap_or_default();
 
-    let min_version = match t.min_version.as_deref() {
-        None | Some("TLS12") => MinTlsVersion::Tls12,
-        Some("TLS13") => MinTlsVersion::Tls13,
-        Some(v @ ("TLS10" | "TLS11")) => {
-            return Err(format!(
-                "tls_server_config.min_version: {v} is not supported: this exporter's TLS (rustls) speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13"
-            ));
-        }
-        Some(v) => {
-            return Err(format!(
-                "tls_server_config.min_version: unknown TLS version {v:?} (TLS12 or TLS13)"
-            ));
-        }
-    };
-    match t.max_version.as_deref() {
-        None | Some("TLS13") => {}
-        Some("TLS12") => {
-            return Err(
-                "tls_server_config.max_version: TLS12 is not supported: this exporter always offers TLS 1.3 (rustls); remove max_version or set it to TLS13"
-                    .into(),
-            );
-        }
-        Some(v @ ("TLS10" | "TLS11")) => {
-            return Err(format!(
-                "tls_server_config.max_version: {v} is not supported: this exporter's TLS (rustls) speaks TLS 1.2 and 1.3 only"
-            ));
-        }
-        Some(v) => {
-            return Err(format!(
-                "tls_server_config.max_version: unknown TLS version {v:?} (TLS12 or TLS13)"
-            ));
-        }
-    }
-
+    let min_version = tls_versions(t.min_version.as_deref(), t.max_version.as_deref())?;
     if let Some(suites) = &t.cipher_suites {
-        if let Some(unknown) = suites
-            .iter()
-            .find(|s| !GO_CIPHER_SUITES.contains(&s.as_str()))
-        {
-            return Err(format!(
-                "tls_server_config.cipher_suites: unknown cipher {unknown:?}"
-            ));
-        }
-        let missing: Vec<&str> = RUSTLS_TLS12_SUITES
-            .iter()
-            .copied()
-            .filter(|s| !suites.iter().any(|l| l == s))
-            .collect();
-        if !suites.is_empty() && min_version == MinTlsVersion::Tls12 && !missing.is_empty() {
-            return Err(format!(
-                "tls_server_config.cipher_suites: rustls cannot narrow its TLS 1.2 suites per server, and would also negotiate {}; it offers only ECDHE key exchange with AEAD ciphers ({}). List all of those, remove cipher_suites, or set min_version: TLS13",
-                missing.join(", "),
-                RUSTLS_TLS12_SUITES.join(", ")
-            ));
-        }
+        check_cipher_suites(suites, min_version)?;
     }
     if let Some(curves) = &t.curve_preferences {
-        if let Some(unknown) = curves.iter().find(|c| !GO_CURVES.contains(&c.as_str())) {
-            return Err(format!(
-                "tls_server_config.curve_preferences: unknown curve {unknown:?}"
-            ));
-        }
-        let missing: Vec<&str> = RUSTLS_CURVES
-            .iter()
-            .copied()
-            .filter(|c| !curves.iter().any(|l| l == c))
-            .collect();
-        if !curves.is_empty() && !missing.is_empty() {
-            return Err(format!(
-                "tls_server_config.curve_preferences: rustls cannot narrow its key-exchange groups per server, and would also use {}; it uses exactly {}. List all of those or remove curve_preferences",
-                missing.join(", "),
-                RUSTLS_CURVES.join(", ")
-            ));
-        }
+        check_curves(curves)?;
     }
-
     let client_auth = ClientAuthType::parse(&auth_name).ok_or_else(|| {
-        format!(
-            "tls_server_config.client_auth_type: invalid value {auth_name:?} (NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
+        invalid(
+            "tls_server_config.client_auth_type",
+            format!(
+                "invalid value {auth_name:?} (NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
+            ),
         )
     })?;
 
@@ -573,10 +522,10 @@ fn tls_settings(t: RawTls, dir: &Path) -> Result<Option<TlsSettings>, String> {
         || !auth_name.is_empty();
     if !enabled {
         if t.client_allowed_sans.is_some() {
-            return Err(
-                "tls_server_config.client_allowed_sans needs TLS: set cert_file and key_file"
-                    .into(),
-            );
+            return Err(invalid(
+                "tls_server_config.client_allowed_sans",
+                "needs TLS: set cert_file and key_file",
+            ));
         }
         if t.min_version.is_some() || t.max_version.is_some() || t.cipher_suites.is_some() {
             tracing::warn!(
@@ -586,51 +535,17 @@ fn tls_settings(t: RawTls, dir: &Path) -> Result<Option<TlsSettings>, String> {
         return Ok(None);
     }
 
-    let resolve = |p: String| -> PathBuf {
-        let p = PathBuf::from(p);
-        if p.is_absolute() { p } else { dir.join(p) }
-    };
-    let pick = |what: &str,
-                inline: Option<String>,
-                file: Option<String>|
-     -> Result<Option<PemSource>, String> {
-        match (inline, file) {
-            (Some(_), Some(_)) => Err(format!(
-                "tls_server_config: both {what} and {what}_file are set; use one"
-            )),
-            (Some(text), None) => Ok(Some(PemSource::Inline(text))),
-            (None, Some(f)) => Ok(Some(PemSource::File(resolve(f)))),
-            (None, None) => Ok(None),
-        }
-    };
-    let cert = pick("cert", cert_inline, cert_file)?
-        .ok_or("tls_server_config: missing one of cert or cert_file")?;
-    let key = pick("key", key_inline, key_file)?
-        .ok_or("tls_server_config: missing one of key or key_file")?;
-    let client_ca = pick("client_ca", ca_inline, ca_file)?;
-
-    if client_ca.is_some() && client_auth == ClientAuthType::NoClientCert {
-        return Err(
-            "tls_server_config: a client CA is configured but client_auth_type is NoClientCert (set client_auth_type, e.g. RequireAndVerifyClientCert)"
-                .into(),
-        );
-    }
-    if client_auth.verifies() && client_ca.is_none() {
-        return Err(format!(
-            "tls_server_config: client_auth_type {auth_name} needs client_ca_file (or client_ca) to verify client certificates against"
-        ));
-    }
-    if t.client_allowed_sans.is_some()
-        && !matches!(
-            client_auth,
-            ClientAuthType::RequireAnyClientCert | ClientAuthType::RequireAndVerifyClientCert
-        )
-    {
-        return Err(
-            "tls_server_config: client_allowed_sans requires client_auth_type to be one of RequireAnyClientCert or RequireAndVerifyClientCert"
-                .into(),
-        );
-    }
+    let cert = pem_source(dir, "cert", cert_inline, cert_file)?
+        .ok_or_else(|| invalid("tls_server_config", "missing one of cert or cert_file"))?;
+    let key = pem_source(dir, "key", key_inline, key_file)?
+        .ok_or_else(|| invalid("tls_server_config", "missing one of key or key_file"))?;
+    let client_ca = pem_source(dir, "client_ca", ca_inline, ca_file)?;
+    check_client_auth(
+        client_auth,
+        &auth_name,
+        client_ca.is_some(),
+        t.client_allowed_sans.is_some(),
+    )?;
 
     Ok(Some(TlsSettings {
         cert,
@@ -643,27 +558,197 @@ fn tls_settings(t: RawTls, dir: &Path) -> Result<Option<TlsSettings>, String> {
     }))
 }
 
+/// `min_version` and `max_version`, as far as rustls can honour them: the minimum.
+fn tls_versions(min: Option<&str>, max: Option<&str>) -> Result<MinTlsVersion, InvalidSetting> {
+    let min_version = match min {
+        None | Some("TLS12") => MinTlsVersion::Tls12,
+        Some("TLS13") => MinTlsVersion::Tls13,
+        Some(v @ ("TLS10" | "TLS11")) => {
+            return Err(invalid(
+                "tls_server_config.min_version",
+                format!(
+                    "{v} is not supported: this exporter's TLS (rustls) speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13"
+                ),
+            ));
+        }
+        Some(v) => {
+            return Err(invalid(
+                "tls_server_config.min_version",
+                format!("unknown TLS version {v:?} (TLS12 or TLS13)"),
+            ));
+        }
+    };
+    match max {
+        None | Some("TLS13") => Ok(min_version),
+        Some("TLS12") => Err(invalid(
+            "tls_server_config.max_version",
+            "TLS12 is not supported: this exporter always offers TLS 1.3 (rustls); remove max_version or set it to TLS13",
+        )),
+        Some(v @ ("TLS10" | "TLS11")) => Err(invalid(
+            "tls_server_config.max_version",
+            format!(
+                "{v} is not supported: this exporter's TLS (rustls) speaks TLS 1.2 and 1.3 only"
+            ),
+        )),
+        Some(v) => Err(invalid(
+            "tls_server_config.max_version",
+            format!("unknown TLS version {v:?} (TLS12 or TLS13)"),
+        )),
+    }
+}
+
+/// `cipher_suites`: Go names, and only a list rustls can honour exactly.
+fn check_cipher_suites(
+    suites: &[String],
+    min_version: MinTlsVersion,
+) -> Result<(), InvalidSetting> {
+    if let Some(unknown) = suites
+        .iter()
+        .find(|s| !GO_CIPHER_SUITES.contains(&s.as_str()))
+    {
+        return Err(invalid(
+            "tls_server_config.cipher_suites",
+            format!("unknown cipher {unknown:?}"),
+        ));
+    }
+    let missing: Vec<&str> = RUSTLS_TLS12_SUITES
+        .iter()
+        .copied()
+        .filter(|s| !suites.iter().any(|l| l == s))
+        .collect();
+    if !suites.is_empty() && min_version == MinTlsVersion::Tls12 && !missing.is_empty() {
+        return Err(invalid(
+            "tls_server_config.cipher_suites",
+            format!(
+                "rustls cannot narrow its TLS 1.2 suites per server, and would also negotiate {}; it offers only ECDHE key exchange with AEAD ciphers ({}). List all of those, remove cipher_suites, or set min_version: TLS13",
+                missing.join(", "),
+                RUSTLS_TLS12_SUITES.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `curve_preferences`: Go names, and only a list rustls can honour exactly.
+fn check_curves(curves: &[String]) -> Result<(), InvalidSetting> {
+    if let Some(unknown) = curves.iter().find(|c| !GO_CURVES.contains(&c.as_str())) {
+        return Err(invalid(
+            "tls_server_config.curve_preferences",
+            format!("unknown curve {unknown:?}"),
+        ));
+    }
+    let missing: Vec<&str> = RUSTLS_CURVES
+        .iter()
+        .copied()
+        .filter(|c| !curves.iter().any(|l| l == c))
+        .collect();
+    if !curves.is_empty() && !missing.is_empty() {
+        return Err(invalid(
+            "tls_server_config.curve_preferences",
+            format!(
+                "rustls cannot narrow its key-exchange groups per server, and would also use {}; it uses exactly {}. List all of those or remove curve_preferences",
+                missing.join(", "),
+                RUSTLS_CURVES.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One PEM input given inline (`what`) or as a file (`what_file`, relative to `dir`).
+fn pem_source(
+    dir: &Path,
+    what: &str,
+    inline: Option<String>,
+    file: Option<String>,
+) -> Result<Option<PemSource>, InvalidSetting> {
+    match (inline, file) {
+        (Some(_), Some(_)) => Err(invalid(
+            "tls_server_config",
+            format!("both {what} and {what}_file are set; use one"),
+        )),
+        (Some(text), None) => Ok(Some(PemSource::Inline(text))),
+        (None, Some(f)) => {
+            let p = PathBuf::from(f);
+            Ok(Some(PemSource::File(if p.is_absolute() {
+                p
+            } else {
+                dir.join(p)
+            })))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// The client-certificate policy agrees with the CA and the SAN allow-list.
+fn check_client_auth(
+    client_auth: ClientAuthType,
+    auth_name: &str,
+    has_client_ca: bool,
+    has_allowed_sans: bool,
+) -> Result<(), InvalidSetting> {
+    if has_client_ca && client_auth == ClientAuthType::NoClientCert {
+        return Err(invalid(
+            "tls_server_config",
+            "a client CA is configured but client_auth_type is NoClientCert (set client_auth_type, e.g. RequireAndVerifyClientCert)",
+        ));
+    }
+    if client_auth.verifies() && !has_client_ca {
+        return Err(invalid(
+            "tls_server_config",
+            format!(
+                "client_auth_type {auth_name} needs client_ca_file (or client_ca) to verify client certificates against"
+            ),
+        ));
+    }
+    if has_allowed_sans
+        && !matches!(
+            client_auth,
+            ClientAuthType::RequireAnyClientCert | ClientAuthType::RequireAndVerifyClientCert
+        )
+    {
+        return Err(invalid(
+            "tls_server_config",
+            "client_allowed_sans requires client_auth_type to be one of RequireAnyClientCert or RequireAndVerifyClientCert",
+        ));
+    }
+    Ok(())
+}
+
 /// What Go's bcrypt accepts: `$2a$`, `$2b$` or `$2y$`, a cost of 4 to 31, and 53
 /// characters of salt and hash in bcrypt's base64 alphabet.
-fn check_bcrypt_hash(hash: &str) -> Result<(), String> {
+/// Why a `basic_auth_users` value is not a hash Go's bcrypt accepts. The value itself is
+/// never part of the message.
+#[derive(Debug, thiserror::Error)]
+pub enum BadHash {
+    #[error(
+        "not a bcrypt hash (expected $2a$, $2b$ or $2y$, a cost and 53 characters); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
+    )]
+    NotBcrypt,
+    #[error("bcrypt cost {0} is outside 4..31")]
+    Cost(u32),
+    #[error("$2x$ bcrypt hashes are not accepted (use $2a$, $2b$ or $2y$)")]
+    Version2x,
+    #[error("not a bcrypt hash (characters outside bcrypt's base64 alphabet)")]
+    Alphabet,
+}
+
+fn check_bcrypt_hash(hash: &str) -> Result<(), BadHash> {
     // The value is not echoed: a plain password written here by mistake must not reach
     // the logs.
-    let parts: bcrypt::HashParts = hash.parse().map_err(|_| {
-        "not a bcrypt hash (expected $2a$, $2b$ or $2y$, a cost and 53 characters); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
-            .to_string()
-    })?;
+    let parts: bcrypt::HashParts = hash.parse().map_err(|_| BadHash::NotBcrypt)?;
     if !(4..=31).contains(&parts.get_cost()) {
-        return Err(format!("bcrypt cost {} is outside 4..31", parts.get_cost()));
+        return Err(BadHash::Cost(parts.get_cost()));
     }
     if hash.starts_with("$2x$") {
-        return Err("$2x$ bcrypt hashes are not accepted (use $2a$, $2b$ or $2y$)".into());
+        return Err(BadHash::Version2x);
     }
     let body = hash.rsplit('$').next().unwrap_or_default();
     if !body
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/')
     {
-        return Err("not a bcrypt hash (characters outside bcrypt's base64 alphabet)".into());
+        return Err(BadHash::Alphabet);
     }
     Ok(())
 }
@@ -672,13 +757,14 @@ pub(crate) fn bcrypt_cost(hash: &str) -> Option<u32> {
     hash.parse::<bcrypt::HashParts>().ok().map(|p| p.get_cost())
 }
 
-fn rate_limit(r: RawRateLimit) -> Result<Option<RateLimit>, String> {
+fn rate_limit(r: RawRateLimit) -> Result<Option<RateLimit>, InvalidSetting> {
     let interval = match r.interval {
         None => Duration::ZERO,
         Some(GoDuration::Nanos(n)) => Duration::from_nanos(n),
         Some(GoDuration::Text(t)) => {
             // Go's time.ParseDuration, as exporter-toolkit's YAML decoding reads it.
-            kube_support::duration::parse(&t).map_err(|why| format!("interval: {why}"))?
+            kube_support::duration::parse(&t)
+                .map_err(|why| invalid("rate_limit", format!("interval: {why}")))?
         }
     };
     if interval.is_zero() {
@@ -687,7 +773,10 @@ fn rate_limit(r: RawRateLimit) -> Result<Option<RateLimit>, String> {
     }
     let burst = r.burst.unwrap_or(0);
     if burst == 0 {
-        return Err("burst is 0, which would refuse every request; set burst to at least 1".into());
+        return Err(invalid(
+            "rate_limit",
+            "burst is 0, which would refuse every request; set burst to at least 1",
+        ));
     }
     Ok(Some(RateLimit { interval, burst }))
 }

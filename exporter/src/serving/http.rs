@@ -190,31 +190,47 @@ impl AppState {
 
     /// Whether the GPU data is fresh and covers at least one device, and why not: the
     /// one verdict behind `/readyz` and `/health`.
-    pub fn readiness(&self, now: Instant) -> Result<(), String> {
+    pub fn readiness(&self, now: Instant) -> Result<(), NotReady> {
         let snap = self.store.load();
         if snap.source_hung {
-            return Err("an NVML call has not returned (the driver is hung)".into());
+            return Err(NotReady::DriverHung);
         }
         match snap.success_age(now) {
-            None => Err("no successful GPU sample yet".into()),
-            Some(age) if age > self.max_age() => Err(format!(
-                "last successful GPU sample is {:.1}s old (limit {:.1}s)",
-                age.as_secs_f64(),
-                self.max_age().as_secs_f64()
-            )),
+            None => Err(NotReady::NoSampleYet),
+            Some(age) if age > self.max_age() => Err(NotReady::Stale {
+                age,
+                limit: self.max_age(),
+            }),
             // The driver answers but lists no GPU (or --devices selects none): nothing to
             // serve; the sampler keeps enumerating and the node turns ready when GPUs
             // appear. While the driver is down the snapshot lists no device either;
             // staleness, above, says so after its grace.
-            Some(_) if snap.source_up && snap.entities.is_empty() => Err(
-                "no GPU to report: the GPU driver answers but lists no GPU, or --devices selects none".into(),
-            ),
+            Some(_) if snap.source_up && snap.entities.is_empty() => Err(NotReady::NoGpu),
             Some(_) if snap.source_up && !snap.entities.iter().any(|e| e.up) => {
-                Err("every GPU is lost (fallen off the bus)".into())
+                Err(NotReady::AllGpusLost)
             }
             Some(_) => Ok(()),
         }
     }
+}
+
+/// Why the exporter is not ready: the text `/readyz` and `/health` answer with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotReady {
+    #[error("an NVML call has not returned (the driver is hung)")]
+    DriverHung,
+    #[error("no successful GPU sample yet")]
+    NoSampleYet,
+    #[error(
+        "last successful GPU sample is {:.1}s old (limit {:.1}s)",
+        age.as_secs_f64(),
+        limit.as_secs_f64()
+    )]
+    Stale { age: Duration, limit: Duration },
+    #[error("no GPU to report: the GPU driver answers but lists no GPU, or --devices selects none")]
+    NoGpu,
+    #[error("every GPU is lost (fallen off the bus)")]
+    AllGpusLost,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -248,20 +264,24 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
         })
 }
 
-fn wants_openmetrics(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/openmetrics-text"))
+/// How strongly `Accept` asks for each format we can serve.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Qualities {
+    /// The delimited `io.prometheus.client.MetricFamily` stream (`proto=` and
+    /// `encoding=delimited` required; a wildcard does not select it).
+    protobuf: f32,
+    /// `application/openmetrics-text`, any version (counted only when enabled).
+    openmetrics: f32,
+    /// The text format: `text/plain`, `text/*` or `*/*`.
+    text: f32,
 }
 
-/// The highest quality `Accept` gives the protobuf format and the text alternatives we
-/// can serve (`text/plain`, `text/*`, `*/*`, and OpenMetrics when enabled), in that
-/// order. Protobuf counts only with `proto=io.prometheus.client.MetricFamily` and
-/// `encoding=delimited`, the one variant we write; a wildcard does not select it.
-fn accept_qualities(headers: &HeaderMap, openmetrics: bool) -> (f32, f32) {
-    let (mut protobuf, mut text) = (0.0f32, 0.0f32);
+/// The highest quality `Accept` gives each format. Parameters other than `q`, `proto`
+/// and `encoding` (`version`, Prometheus 3's `escaping`) do not change what is served:
+/// every name the exporter writes is a legacy Prometheus name, which each escaping
+/// scheme leaves as it is.
+fn accept_qualities(headers: &HeaderMap, openmetrics: bool) -> Qualities {
+    let mut best = Qualities::default();
     let items = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -285,23 +305,29 @@ fn accept_qualities(headers: &HeaderMap, openmetrics: bool) -> (f32, f32) {
             }
         }
         match media.as_str() {
-            "application/vnd.google.protobuf" if proto && delimited => protobuf = protobuf.max(q),
-            "text/plain" | "text/*" | "*/*" => text = text.max(q),
-            "application/openmetrics-text" if openmetrics => text = text.max(q),
+            "application/vnd.google.protobuf" if proto && delimited => {
+                best.protobuf = best.protobuf.max(q);
+            }
+            "text/plain" | "text/*" | "*/*" => best.text = best.text.max(q),
+            "application/openmetrics-text" if openmetrics => {
+                best.openmetrics = best.openmetrics.max(q);
+            }
             _ => {}
         }
     }
-    (protobuf, text)
+    best
 }
 
-/// The format to answer with: protobuf when `Accept` asks for it at least as strongly
-/// as for any text format we serve (Prometheus does with native histograms enabled),
-/// else OpenMetrics when enabled and asked for, else the text format.
+/// The format to answer with: the one `Accept` rates highest among those we serve
+/// (OpenMetrics only when enabled), ties going to protobuf, then OpenMetrics (the
+/// richer formats, which Prometheus lists first); text when nothing else is wanted.
+/// Prometheus 3 orders its `scrape_protocols` by quality, so a job that lists
+/// `PrometheusText1.0.0` before `OpenMetricsText1.0.0` gets the text format.
 fn negotiate(headers: &HeaderMap, openmetrics: bool) -> Format {
-    let (protobuf, text) = accept_qualities(headers, openmetrics);
-    if protobuf > 0.0 && protobuf >= text {
+    let q = accept_qualities(headers, openmetrics);
+    if q.protobuf > 0.0 && q.protobuf >= q.openmetrics && q.protobuf >= q.text {
         Format::Protobuf
-    } else if openmetrics && wants_openmetrics(headers) {
+    } else if q.openmetrics > 0.0 && q.openmetrics >= q.text {
         Format::OpenMetrics
     } else {
         Format::Text
@@ -660,9 +686,43 @@ mod tests {
         }
     }
 
+    /// Prometheus 3.16's `Accept` for each `scrape_protocols` list and escaping scheme,
+    /// as captured from the real server: the format each job must get.
+    #[test]
+    fn prometheus_3_scrape_protocols_get_their_first_choice() {
+        const DEFAULT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.7,application/openmetrics-text;version=0.0.1;q=0.6,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.3";
+        const NATIVE_HISTOGRAMS: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        const TEXT_THEN_OPENMETRICS: &str = "text/plain;version=1.0.0;escaping=underscores;q=0.7,application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.6,*/*;q=0.5";
+        const OPENMETRICS_ONLY: &str =
+            "application/openmetrics-text;version=1.0.0;escaping=dots;q=0.7,*/*;q=0.6";
+        const PROTOBUF_ONLY: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,*/*;q=0.6";
+        for (accept, openmetrics, want) in [
+            (DEFAULT, true, Format::OpenMetrics),
+            (DEFAULT, false, Format::Text),
+            (NATIVE_HISTOGRAMS, true, Format::Protobuf),
+            (NATIVE_HISTOGRAMS, false, Format::Protobuf),
+            // The job prefers text: OpenMetrics, though enabled and listed, is not it.
+            (TEXT_THEN_OPENMETRICS, true, Format::Text),
+            (TEXT_THEN_OPENMETRICS, false, Format::Text),
+            (OPENMETRICS_ONLY, true, Format::OpenMetrics),
+            (OPENMETRICS_ONLY, false, Format::Text),
+            (PROTOBUF_ONLY, true, Format::Protobuf),
+        ] {
+            assert_eq!(format_for(accept, openmetrics), want, "{accept}");
+        }
+        // A refused or less wanted OpenMetrics is not served either.
+        for accept in [
+            "application/openmetrics-text;q=0,text/plain",
+            "application/openmetrics-text;version=1.0.0;q=0.1,*/*",
+        ] {
+            assert_eq!(format_for(accept, true), Format::Text, "{accept}");
+        }
+    }
+
     fn store() -> Arc<SnapshotStore> {
         let (plan, _) =
-            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "default").unwrap();
+            crate::plan::counters::plan(crate::plan::counters::DEFAULT_COUNTERS, "default")
+                .unwrap();
         let empty = || crate::snapshot::Snapshot::empty(Arc::new(plan.clone()), "".into());
         let store = Arc::new(SnapshotStore::new(empty()));
         store.store(Arc::new(empty()));
@@ -985,7 +1045,7 @@ mod health_tests {
 
     fn state_with(edit: impl FnOnce(&mut Snapshot)) -> AppState {
         let plan = Arc::new(
-            crate::counters::plan(crate::counters::DEFAULT_COUNTERS, "test")
+            crate::plan::counters::plan(crate::plan::counters::DEFAULT_COUNTERS, "test")
                 .expect("default plan")
                 .0,
         );
@@ -1037,14 +1097,17 @@ mod health_tests {
                 "no successful GPU sample yet",
             ),
         ] {
-            let why = state.readiness(now).expect_err(says);
+            let why = state.readiness(now).expect_err(says).to_string();
             assert!(why.contains(says), "{why}");
         }
         // A driver that stopped answering a moment ago lists no device: within the
         // staleness grace that is not "no GPU".
         let down = state_with(|s| s.source_up = false);
         assert_eq!(down.readiness(now), Ok(()));
-        let stale = down.readiness(now + Duration::from_secs(4)).unwrap_err();
+        let stale = down
+            .readiness(now + Duration::from_secs(4))
+            .unwrap_err()
+            .to_string();
         assert!(stale.contains("old"), "{stale}");
     }
 }

@@ -5,10 +5,10 @@
 //! by its DCGM name or by a legacy alias dcgm-exporter accepts (`dcgm_sm_clock`), and
 //! its family is served under the row's name, as dcgm-exporter serves it.
 
-use crate::catalog::{
+use crate::error::{Error, Result};
+use crate::plan::catalog::{
     self, Convert, ExporterField, FieldSource, LabelField, Nature, Quantity, Scope,
 };
-use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::path::Path;
@@ -98,10 +98,27 @@ type CsvRecord = (u64, Vec<String>);
 /// Split CSV text into records the way dcgm-exporter's Go reader does (`encoding/csv`
 /// with `Comment = '#'` and leading space trimmed), each with the line it starts on.
 ///
+/// A counters CSV that Go's `encoding/csv` would refuse: where, and why.
+#[derive(Debug)]
+struct MalformedCsv {
+    line: u64,
+    why: CsvSyntax,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CsvSyntax {
+    #[error("malformed CSV: quoted field is never closed")]
+    Unclosed,
+    #[error("malformed CSV: unexpected {0:?} after a quoted field")]
+    AfterQuote(String),
+    #[error("malformed CSV: bare \" in unquoted field {0:?}; quote the whole field")]
+    BareQuote(String),
+}
+
 /// Hand-written because the `csv` crate differs where users' files do: it does not
 /// recognise a quote after leading spaces (`a, "b, c"`), silently accepts bare and
 /// unterminated quotes that Go rejects, and does not count skipped blank lines.
-fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
+fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, MalformedCsv> {
     let mut records = Vec::new();
     let mut lines = text.split('\n').enumerate().peekable();
     while let Some((i, raw)) = lines.next() {
@@ -141,10 +158,10 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
                                     cur = next.strip_suffix('\r').unwrap_or(next);
                                 }
                                 None => {
-                                    return Err((
-                                        start,
-                                        "malformed CSV: quoted field is never closed".into(),
-                                    ));
+                                    return Err(MalformedCsv {
+                                        line: start,
+                                        why: CsvSyntax::Unclosed,
+                                    });
                                 }
                             }
                         }
@@ -155,10 +172,10 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
                     Some(after) => rest = after,
                     None if cur.is_empty() => break,
                     None => {
-                        return Err((
-                            line_no,
-                            format!("malformed CSV: unexpected {cur:?} after a quoted field"),
-                        ));
+                        return Err(MalformedCsv {
+                            line: line_no,
+                            why: CsvSyntax::AfterQuote(cur.chars().take(40).collect()),
+                        });
                     }
                 }
             } else {
@@ -167,12 +184,10 @@ fn go_csv_records(text: &str) -> Result<Vec<CsvRecord>, (u64, String)> {
                     None => (trimmed, None),
                 };
                 if field.contains('"') {
-                    return Err((
-                        line_no,
-                        format!(
-                            "malformed CSV: bare \" in unquoted field {field:?}; quote the whole field"
-                        ),
-                    ));
+                    return Err(MalformedCsv {
+                        line: line_no,
+                        why: CsvSyntax::BareQuote(field.chars().take(80).collect()),
+                    });
                 }
                 fields.push(field.to_string());
                 match after {
@@ -205,7 +220,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
         line,
         message,
     };
-    let records = go_csv_records(text).map_err(|(line, message)| err(line, message))?;
+    let records = go_csv_records(text).map_err(|e| err(e.line, e.why.to_string()))?;
     let mut plan = ExportPlan::default();
     let mut warnings = Vec::new();
     let mut first_seen: HashMap<&str, u64> = HashMap::new();
@@ -400,7 +415,7 @@ mod tests {
     /// rows included (a help text with an unquoted comma would stop every exporter).
     #[test]
     fn the_deployed_list_plans_its_health_rows() {
-        let text = include_str!("../../deploy/base/exporter/counters.csv");
+        let text = include_str!("../../../deploy/base/exporter/counters.csv");
         let (p, _) = plan(text, "counters.csv").unwrap();
         for name in [
             "DCGM_FI_DEV_ROW_REMAP_PENDING",
@@ -504,7 +519,8 @@ mod tests {
     /// own 1.x name, first row first (the oracle is the file, read here line by line).
     #[test]
     fn dcgm_exporters_1x_file_plans_every_row_under_its_own_name() {
-        let text = include_str!("../../tests/fixtures/dcgm-exporter/1.x-compatibility-metrics.csv");
+        let text =
+            include_str!("../../../tests/fixtures/dcgm-exporter/1.x-compatibility-metrics.csv");
         let mut expected: Vec<&str> = Vec::new();
         for line in text
             .lines()

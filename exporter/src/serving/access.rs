@@ -7,7 +7,7 @@
 //! probes cannot send credentials, and a throttled probe restarts the pod. They reveal
 //! only that the process runs and whether its GPU data is fresh.
 
-use crate::web_config::{RateLimit, WebConfig};
+use crate::serving::web_config::{RateLimit, WebConfig};
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{Request, State};
@@ -191,7 +191,7 @@ impl Policy {
             decoy_cost: config
                 .users
                 .values()
-                .filter_map(|h| crate::web_config::bcrypt_cost(h))
+                .filter_map(|h| crate::serving::web_config::bcrypt_cost(h))
                 .max()
                 .unwrap_or(DEFAULT_DECOY_COST),
             verdicts: Mutex::new(LruCache::new(
@@ -605,37 +605,41 @@ pub fn watch(initial: &WebConfig, tls: Option<TlsConfigHandle>, guard: Arc<Guard
     });
 }
 
+/// A reloaded web config that switches the listener's mode, which only a restart can.
+#[derive(Debug, thiserror::Error)]
+enum NeedsRestart {
+    #[error("{}: no longer configures TLS; switching a running exporter from HTTPS to HTTP needs a restart", .0.display())]
+    ToHttp(PathBuf),
+    #[error("{}: now configures TLS; switching a running exporter from HTTP to HTTPS needs a restart", .0.display())]
+    ToHttps(PathBuf),
+}
+
 /// Reload and apply; the files to watch from now on, or why not (with the files the new
 /// config names, when it parses).
 fn reload(
     path: &Path,
     tls: Option<&TlsConfigHandle>,
     guard: &Guard,
-) -> Result<Vec<PathBuf>, (String, Option<Vec<PathBuf>>)> {
-    let config = WebConfig::load(path).map_err(|e| (e.to_string(), None))?;
+) -> Result<Vec<PathBuf>, tls_serving::ReloadError> {
+    use tls_serving::ReloadError;
+    let config = WebConfig::load(path).map_err(ReloadError::new)?;
     let files = config.files();
     let server = config
         .server_config()
-        .map_err(|e| (e.to_string(), Some(files.clone())))?;
+        .map_err(|e| ReloadError::with_files(e, files.clone()))?;
     match (tls, server) {
         (Some(handle), Some(server)) => handle.store(Arc::new(server)),
         (None, None) => {}
         (Some(_), None) => {
-            return Err((
-                format!(
-                    "{}: no longer configures TLS; switching a running exporter from HTTPS to HTTP needs a restart",
-                    path.display()
-                ),
-                Some(files),
+            return Err(ReloadError::with_files(
+                NeedsRestart::ToHttp(path.to_owned()),
+                files,
             ));
         }
         (None, Some(_)) => {
-            return Err((
-                format!(
-                    "{}: now configures TLS; switching a running exporter from HTTP to HTTPS needs a restart",
-                    path.display()
-                ),
-                Some(files),
+            return Err(ReloadError::with_files(
+                NeedsRestart::ToHttps(path.to_owned()),
+                files,
             ));
         }
     }

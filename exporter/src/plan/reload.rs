@@ -13,8 +13,8 @@
 //! until a reload succeeds. The sampler picks a new plan up at its next cycle and
 //! rediscovers the devices for it: the served series change without a restart.
 
-use crate::counters::{self, ExportPlan};
 use crate::error::{Error, Result};
+use crate::plan::counters::{self, ExportPlan};
 use arc_swap::ArcSwap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use std::path::PathBuf;
@@ -219,7 +219,7 @@ pub fn watch(
                     }
                     Err(e) => {
                         handle.failed();
-                        Err((e.to_string(), None))
+                        Err(tls_serving::ReloadError::new(e))
                     }
                 },
             );
