@@ -19,6 +19,8 @@
 #   nvidia-smi-q.xml, machine.txt, peers.json
 #   nvml-latency.json, .txt      exporter/benches/nvml-latency.py (each NVML call timed)
 #   nvml-cycle-under-load.txt, nvml-cycle-idle.txt   criterion, with and without the load
+#   idle-cpu.json                exporter/benches/idle_cpu.py at -c 1000: default counters and
+#                                every field, each read every cycle and at the read periods
 # Identifiers are scrubbed the same way in every file: GPU and MIG UUIDs become
 # placeholders numbered in `nvidia-smi -L` order, serials and the hostname are replaced.
 # Talks to 127.0.0.1 only.
@@ -137,6 +139,20 @@ timeout 300 python3 tests/fidelity/sweep.py | scrub >"$out/sweep.json" || echo "
 # Where a cycle's time goes: each NVML call timed alone, idle GPU.
 timeout 300 python3 exporter/benches/nvml-latency.py >"$out/nvml-latency.json" 2>"$out/nvml-latency.txt" ||
     echo "nvml-latency.py failed: $?"
+
+# Idle CPU at -c 1000, the measure exporter/benches/cost-model.sh takes on the
+# cost-modelled fake: these confirm or correct the model (docs/benchmarks/cost-model.md).
+gpus=$(nvidia-smi -L | grep -c '^GPU ')
+idle() {
+    python3 exporter/benches/idle_cpu.py --gpus "$gpus" --seconds "${IDLE_CPU_S:-60}" --label "$1" -- \
+        "$bin" --nvml-lib "$lib" -c 1000 "${@:2}" >>"$out/idle-cpu.json" || echo "idle_cpu.py failed: $?"
+}
+: >"$out/idle-cpu.json"
+idle "defaults, every field every cycle" --field-periods '*=0'
+idle "defaults, read periods"
+idle "all fields, every field every cycle" -f tests/fixtures/all-fields.csv --field-periods '*=0'
+idle "all fields, read periods" -f tests/fixtures/all-fields.csv
+cat "$out/idle-cpu.json"
 
 if [[ -n ${PEERS:-} ]]; then
     read -r nvitop all_smi <<<"$PEERS"

@@ -59,6 +59,19 @@ pub struct Cli {
     )]
     pub collect_interval: u64,
 
+    /// Read periods that override the defaults (docs/exporter/cadence.md): FIELD=DURATION
+    /// items, comma-separated; FIELD a DCGM field name, device-set (the GPU and MIG-layout
+    /// check) or * (every field); DURATION as 10s, 1m or 0 (every cycle). A field is read
+    /// every whole number of intervals within its period and serves its last value between.
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_FIELD_PERIODS",
+        hide_env_values = true,
+        value_name = "FIELD=DURATION,...",
+        value_parser = crate::sampler::FieldPeriods::parse
+    )]
+    pub field_periods: Option<crate::sampler::FieldPeriods>,
+
     /// Serve simulated GPUs instead of NVML: a scenario file (TOML or JSON) or builtin:NAME
     /// (demo, default, big-node, gb200-nvl72). Without a value: builtin:demo, eight H100s
     /// running pods.

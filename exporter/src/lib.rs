@@ -223,6 +223,10 @@ pub fn run(cli: Cli) -> Result<()> {
         build_labels,
     )
     .with_plan_updates(plan)
+    .with_cadence(sampler::Cadence::new(
+        &cli.field_periods.clone().unwrap_or_default(),
+        cli.interval(),
+    ))
     .with_count_windows(
         std::time::Duration::from_millis(cli.xid_count_window_size),
         std::time::Duration::from_millis(cli.clock_events_count_window_size),

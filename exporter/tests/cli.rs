@@ -307,6 +307,51 @@ fn invalid_values_of_dcgm_exporter_flags_stop_startup_clearly() {
     assert!(out.contains("\"maybe\" is not a boolean"), "{out}");
 }
 
+#[test]
+fn a_bad_field_periods_value_stops_startup_naming_the_item_and_why() {
+    let long = format!("*={}", "0".repeat(20_000));
+    for (value, says) in [
+        (
+            "DCGM_FI_DEV_GPU_UTIL=1s,DCGM_FI_DEV_TOTAL_ENERGY=10s",
+            "item 2: \"DCGM_FI_DEV_TOTAL_ENERGY\" is not a field this exporter reads (did you mean",
+        ),
+        (
+            "DCGM_FI_DEV_GPU_UTIL",
+            "item 1 (\"DCGM_FI_DEV_GPU_UTIL\") is not FIELD=DURATION",
+        ),
+        (
+            "DCGM_FI_DEV_GPU_UTIL=fast",
+            "item 1: DCGM_FI_DEV_GPU_UTIL: \"fast\" is not a duration",
+        ),
+        (
+            "device-set=2h",
+            "item 1: device-set: \"2h\" is longer than 3600s",
+        ),
+        (
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL=10s",
+            "served as a per-second rate of two consecutive readings",
+        ),
+        ("DCGM_FI_DRIVER_VERSION=10s", "is not read from the GPU"),
+        (long.as_str(), "at most 16384 are accepted"),
+    ] {
+        let (code, out) = run(&["--simulate", "--field-periods", value], &[]);
+        assert_eq!(code, 2, "{value:.80}: {out}");
+        assert!(out.contains(says), "{value:.80}: {out}");
+        // clap quotes the value itself once; our message adds a bounded part.
+        assert!(
+            out.len() < 2048 + value.len(),
+            "{} bytes of error",
+            out.len()
+        );
+    }
+    let (code, out) = run(
+        &["--simulate"],
+        &[("DCGM_EXPORTER_FIELD_PERIODS", "*=1s,*=2s")],
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("item 2: * is given twice"), "{out}");
+}
+
 /// systemd's side of socket activation, in Python (tests only): bind a listening socket,
 /// print its port, hand it over as descriptor 3 with LISTEN_FDS=1 and LISTEN_PID set to
 /// the process itself, and exec the exporter (the same process, as systemd's child is).

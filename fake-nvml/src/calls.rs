@@ -50,11 +50,13 @@ impl Counter {
     }
 }
 
-/// Count a call of the enclosing export under `name` (its NVML symbol).
+/// Count a call of the enclosing export under `name` (its NVML symbol), and spend what
+/// the call costs under the cost model, if one is on (`cost.rs`).
 macro_rules! count {
     ($name:literal) => {{
         static COUNTER: $crate::calls::Counter = $crate::calls::Counter::new($name);
         COUNTER.hit();
+        $crate::cost::charge_call($name);
     }};
 }
 pub(crate) use count;

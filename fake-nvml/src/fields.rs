@@ -183,6 +183,11 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     // SAFETY: NVML contract: `values` is null or holds `valuesCount` initialised entries
     // (the caller sets `fieldId` and `scopeId` of each).
     let fields = unsafe { in_slice(values, usize::try_from(valuesCount).unwrap_or(0)) };
+    if let Some(f) = &fields {
+        // What a request costs grows with its fields (the energy counter's alone is ms).
+        crate::calls::count_items!("nvmlDeviceGetFieldValues.fields", f.len() as u64);
+        crate::cost::charge_fields(f.iter().map(|f| f.fieldId));
+    }
     device_call(device, |d| {
         d.whole_gpu()?;
         let fields = fields.filter(|_| valuesCount > 0).ok_or(INVALID_ARGUMENT)?;

@@ -227,6 +227,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t)
         // A real driver's time depends on the metrics asked (on an H100, 1.24 ms for
         // the graphics engine's activity, 3.4 µs for any other).
         crate::calls::count_items!("nvmlGpmMetricsGet.metrics", n as u64);
+        crate::cost::charge_gpm_metrics(req.metrics[..n].iter().map(|m| m.metricId));
         let (gpu, mig, _) = sample(sim, req.sample1)?;
         let (gpu2, mig2, t2) = sample(sim, req.sample2)?;
         if (gpu, mig) != (gpu2, mig2) {

@@ -69,6 +69,11 @@
 //!   lines, rewritten every 50 ms while they change), so tests and benchmarks can hold
 //!   an NVML client to a number of calls per cycle. Off (one atomic load per call) when
 //!   unset.
+//! - `GPU_SIM_COST_MODEL`: a cost model (`h100-580`): every call then spends, busy on
+//!   the calling thread's CPU, what the real driver's call costs, per function, per
+//!   field ID and per GPM metric, from a real GPU's measurements (`cost.rs`). An unknown
+//!   name makes `nvmlInit*` fail (`NVML_ERROR_UNKNOWN`) after one line on stderr naming
+//!   the models. Off (one atomic load per call) when unset.
 //! - `GPU_SIM_FAULT_FILE`: a cue file whose one word (`unavailable`, `hang`,
 //!   `slow=MS`, `not_loaded`, or nothing) switches a driver fault on and off while the
 //!   process runs (looked at every 10 ms at most), so fault tests can time recovery
@@ -115,6 +120,7 @@
 mod board;
 mod calls;
 mod clocks;
+mod cost;
 mod cue;
 mod device;
 mod devices;
@@ -138,5 +144,6 @@ mod unsupported;
 mod vgpu;
 
 pub use calls::CALL_COUNTS_ENV;
+pub use cost::{COST_MODEL_ENV, CostModelError, Model as CostModel};
 pub use devices::DEVICES_FILE_ENV;
 pub use state::{DEFAULT_SCENARIO, FROZEN_ENV, SCENARIO_ENV};

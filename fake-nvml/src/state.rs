@@ -191,6 +191,9 @@ fn load() -> Result<Sim, Ret> {
         eprintln!("fake-nvml: {}", line.join(" "));
         UNKNOWN
     };
+    if let Err(e) = crate::cost::from_env() {
+        return Err(fail(e.to_string()));
+    }
     let spec = std::env::var(SCENARIO_ENV).unwrap_or_else(|_| DEFAULT_SCENARIO.into());
     let scenario = Scenario::load(Path::new(&spec)).map_err(|e| fail(e.to_string()))?;
     // Scenario time runs from the first initialisation in this process: a client that

@@ -62,11 +62,22 @@ pub(super) struct Devices {
     pub(super) link_unsupported: Vec<[bool; Quantity::COUNT]>,
     /// Previous raw reading of link rate fields: (link, metric) → (value, when).
     pub(super) link_previous: HashMap<(usize, usize), (f64, Instant)>,
+    /// Cycles of this inventory so far (the current one included): the clock of the
+    /// read periods.
+    pub(super) cycle: u64,
+    /// Per entity and quantity: the last successful reading and the cycle it was read
+    /// in, served in the cycles its period skips.
+    pub(super) held: Vec<[Option<(Raw, u64)>; Quantity::COUNT]>,
+    /// Per GPU and link quantity: the cycle its links were last read in.
+    pub(super) links_read_at: Vec<[Option<u64>; Quantity::COUNT]>,
+    /// Per link and quantity: the last successful reading, served as `held` is.
+    pub(super) link_held: Vec<[Option<Raw>; Quantity::COUNT]>,
 }
 
 impl Devices {
     /// Forget the last cycle's readings and process lists (their allocations stay).
     pub(super) fn start_cycle(&mut self) {
+        self.cycle += 1;
         for r in &mut self.readings {
             r.clear();
         }
@@ -130,7 +141,11 @@ impl Sampler {
                 })
                 .collect(),
             link_readings: links.iter().map(|_| Vec::new()).collect(),
+            link_held: vec![[None; Quantity::COUNT]; links.len()],
             links,
+            cycle: 0,
+            held: vec![[None; Quantity::COUNT]; n],
+            links_read_at: vec![[None; Quantity::COUNT]; n],
             link_unsupported: vec![[false; Quantity::COUNT]; n],
             link_previous: HashMap::new(),
         });

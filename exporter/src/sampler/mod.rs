@@ -19,6 +19,7 @@
 //!   cycle too, and `/readyz` says not ready until GPUs appear.
 
 mod build;
+pub mod cadence;
 mod devices;
 mod labels;
 mod plan;
@@ -26,6 +27,7 @@ mod pods;
 mod read;
 mod run;
 
+pub use cadence::{Cadence, FieldPeriodError, FieldPeriods};
 pub use labels::{entity_label_string, link_label_string};
 pub use plan::{DEFAULT_COUNT_WINDOW, ExporterCollectors};
 pub use run::{HUNG_INTERVALS, run};
@@ -106,6 +108,10 @@ pub struct Sampler {
     /// Reloaded plans (`--collectors`, `--configmap-data`), when reloading is on.
     plan_updates: Option<Arc<PlanHandle>>,
     exporter: ExporterCollectors,
+    /// How often each field and the device set are read.
+    cadence: Cadence,
+    /// Cycles since the device set was last checked.
+    device_set_age: u32,
 }
 
 impl Sampler {
@@ -141,7 +147,16 @@ impl Sampler {
             hpc_jobs: None,
             plan_updates: None,
             exporter,
+            cadence: Cadence::every_cycle(),
+            device_set_age: 0,
         }
+    }
+
+    /// Read each field at its own period (`--field-periods`); without this, every field
+    /// and the device set are read every cycle.
+    pub fn with_cadence(mut self, cadence: Cadence) -> Sampler {
+        self.cadence = cadence;
+        self
     }
 
     /// Follow the plan in `handle`: a reloaded counters CSV is served from the next
@@ -230,11 +245,21 @@ impl Sampler {
                 probed = self.source.probe().is_ok();
                 probed
             }
-            // GPUs or MIG instances came or went: a new inventory, right away.
-            Some(_) => {
-                let changed = self.source.device_set_changed();
-                tracing::trace!(took = ?started.elapsed(), changed, "checked the device set");
-                changed
+            // GPUs or MIG instances came or went: a new inventory, right away. Checked
+            // at its own period (the MIG-layout check costs a driver call per GPU), and
+            // every cycle while the driver lists no GPU (nothing to read, not ready).
+            Some(ref d) => {
+                self.device_set_age += 1;
+                if self.device_set_age >= self.cadence.device_set()
+                    || d.inventory.entities.is_empty()
+                {
+                    self.device_set_age = 0;
+                    let changed = self.source.device_set_changed();
+                    tracing::trace!(took = ?started.elapsed(), changed, "checked the device set");
+                    changed
+                } else {
+                    false
+                }
             }
         };
         if rediscover && let Err(e) = self.discover() {

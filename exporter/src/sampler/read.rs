@@ -1,6 +1,7 @@
 //! Reading a cycle: every planned quantity of every entity and NVLink, processes and XIDs.
 
 use super::Sampler;
+use super::cadence::Cadence;
 use super::devices::Devices;
 use super::pods::attribute;
 use crate::attribution::assign::{Holding, Holdings};
@@ -21,6 +22,7 @@ impl Sampler {
         let mut reader = Reader {
             source: self.source.as_mut(),
             quantities: &self.quantities,
+            cadence: &self.cadence,
             plan: &self.plan,
             field_errors: &mut self.field_errors,
             scratch: &mut self.scratch,
@@ -68,6 +70,7 @@ impl Sampler {
 struct Reader<'a> {
     source: &'a mut dyn GpuSource,
     quantities: &'a [(Quantity, Scope, Vec<usize>)],
+    cadence: &'a Cadence,
     plan: &'a ExportPlan,
     field_errors: &'a mut [u64],
     scratch: &'a mut Vec<Result<Raw, ReadError>>,
@@ -91,21 +94,39 @@ impl Reader<'_> {
             return Ok(());
         }
         let is_gpu = d.inventory.entities[e].mig.is_none();
+        let cycle = d.cycle;
+        let (unsupported, held, readings) = (&d.unsupported[e], &d.held[e], &mut d.readings[e]);
+        let cadence = self.cadence;
+        let planned = |q: Quantity, scope: Scope| {
+            scope != Scope::Link && (is_gpu || scope == Scope::Instance) && !unsupported[q as usize]
+        };
+        // The planned quantities due this cycle: never read, or read a period ago.
+        let due = |q: Quantity| {
+            held[q as usize].is_none_or(|(_, at)| cycle - at >= u64::from(cadence.of(q)))
+        };
         self.wanted.clear();
         self.wanted.extend(
             self.quantities
                 .iter()
-                .filter(|(q, scope, _)| {
-                    *scope != Scope::Link
-                        && (is_gpu || *scope == Scope::Instance)
-                        && !d.unsupported[e][*q as usize]
-                })
+                .filter(|(q, scope, _)| planned(*q, *scope) && due(*q))
                 .map(|(q, _, _)| *q),
         );
+        // The others serve their last reading, younger than their period.
+        for (q, scope, _) in self.quantities {
+            if planned(*q, *scope)
+                && !self.wanted.contains(q)
+                && let Some((raw, _)) = held[*q as usize]
+            {
+                readings.push((*q, raw));
+            }
+        }
         if self.wanted.is_empty() {
             return Ok(());
         }
         self.source.read(e, &self.wanted, self.scratch);
+        for (q, r) in self.wanted.iter().zip(self.scratch.iter()) {
+            d.held[e][*q as usize] = r.as_ref().ok().map(|raw| (*raw, cycle));
+        }
         for i in 0..self.wanted.len() {
             let q = self.wanted[i];
             match &self.scratch[i] {
@@ -139,15 +160,30 @@ impl Reader<'_> {
         if d.lost[e] {
             return Ok(());
         }
+        let cycle = d.cycle;
+        let (unsupported, read_at) = (&d.link_unsupported[e], &d.links_read_at[e]);
+        let (link_held, link_readings) = (&d.link_held, &mut d.link_readings);
+        let cadence = self.cadence;
+        let planned = |q: Quantity, scope: Scope| scope == Scope::Link && !unsupported[q as usize];
+        let due = |q: Quantity| {
+            read_at[q as usize].is_none_or(|at| cycle - at >= u64::from(cadence.of(q)))
+        };
         self.wanted.clear();
         self.wanted.extend(
             self.quantities
                 .iter()
-                .filter(|(q, scope, _)| {
-                    *scope == Scope::Link && !d.link_unsupported[e][*q as usize]
-                })
+                .filter(|(q, scope, _)| planned(*q, *scope) && due(*q))
                 .map(|(q, _, _)| *q),
         );
+        for (q, scope, _) in self.quantities {
+            if planned(*q, *scope) && !self.wanted.contains(q) {
+                for slot in slots.clone() {
+                    if let Some(raw) = link_held[slot][*q as usize] {
+                        link_readings[slot].push((*q, raw));
+                    }
+                }
+            }
+        }
         if self.wanted.is_empty() {
             return Ok(());
         }
@@ -155,6 +191,15 @@ impl Reader<'_> {
         self.source
             .read_links(e, count as u32, &self.wanted, self.scratch);
         let stride = self.wanted.len();
+        for (qi, q) in self.wanted.iter().enumerate() {
+            d.links_read_at[e][*q as usize] = Some(cycle);
+            for (k, slot) in slots.clone().enumerate() {
+                d.link_held[slot][*q as usize] = self
+                    .scratch
+                    .get(qi + k * stride)
+                    .and_then(|r| r.as_ref().ok().copied());
+            }
+        }
         for qi in 0..stride {
             let q = self.wanted[qi];
             // The results are link by link, each with every wanted quantity.

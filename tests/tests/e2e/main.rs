@@ -11,6 +11,7 @@ mod adapter_memory;
 mod adapter_prometheus;
 mod arm64;
 mod attribution;
+mod cadence;
 mod cluster;
 mod cluster_composite;
 mod counters_reload;

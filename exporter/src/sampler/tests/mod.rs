@@ -1,5 +1,6 @@
 //! The sampler's unit tests, by topic, and the scripted sources they share.
 
+mod cadence;
 mod convert;
 mod discovery;
 mod labels;
