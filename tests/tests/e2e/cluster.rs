@@ -371,10 +371,14 @@ fn the_aggregator_serves_every_metric_kind(c: &Cluster) {
     );
     // (Every pod at 60 once the exporters on both nodes have sampled the dial: the one
     // pod above may have been first.)
-    let list = c.wait("the Deployment's metric at 60", Duration::from_secs(30), || {
-        let list = c.raw(&path).ok()?;
-        (milli_value(list["items"][0]["value"].as_str()?).ok()? == 60_000).then_some(list)
-    });
+    let list = c.wait(
+        "the Deployment's metric at 60",
+        Duration::from_secs(30),
+        || {
+            let list = c.raw(&path).ok()?;
+            (milli_value(list["items"][0]["value"].as_str()?).ok()? == 60_000).then_some(list)
+        },
+    );
     let item = &list["items"][0];
     assert_eq!(item["describedObject"]["kind"], "Deployment");
 
