@@ -10,7 +10,7 @@ use crate::adapter_composite::FakeGateway;
 use crate::cluster::{settle, step};
 use e2e_tests::cluster::Cluster;
 use e2e_tests::quantity::milli_value;
-use e2e_tests::{hpa, try_wait_for, workspace};
+use e2e_tests::{Prometheus, hpa, try_wait_for, workspace};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -110,6 +110,7 @@ fn keda_scales_the_examples_through_the_adapter() {
     the_external_scaler_drives_kedas_hpa(&c);
     fallback_holds_the_replicas_while_the_adapter_has_no_data(&c);
     external_push_wakes_from_zero_and_cools_down_to_zero(&c, &gateway);
+    the_prometheus_trigger_follows_the_dial(&c);
 }
 
 /// KEDA's metrics server serves external.metrics.k8s.io, registered as KEDA registers
@@ -353,4 +354,69 @@ fn a_plain_hpa_scales_to_and_from_zero() {
         "timing plain HPA back to 0: {:.2} s after the queue drained",
         drained.elapsed().as_secs_f64()
     );
+}
+
+/// The seeds' path, deploy/examples/keda-prometheus: the exporters scraped by a real
+/// Prometheus (honor_labels, as the ServiceMonitor does), KEDA's `prometheus` trigger on
+/// the example's query over `DCGM_FI_DEV_GPU_UTIL`, and KEDA's HPA deciding what the
+/// formula gives on it. The example's serverAddress (the Prometheus Operator's Service)
+/// is this Prometheus on loopback.
+fn the_prometheus_trigger_follows_the_dial(c: &Cluster) {
+    let targets: Vec<String> = c
+        .env("EXPORTER_URLS")
+        .split_whitespace()
+        .map(|u| {
+            u.trim_start_matches("http://")
+                .trim_end_matches("/metrics")
+                .to_string()
+        })
+        .collect();
+    let names: Vec<String> = (0..targets.len()).map(|i| format!("gpu-{i}")).collect();
+    let jobs: Vec<(&str, &str, &str)> = names
+        .iter()
+        .zip(&targets)
+        .map(|(n, t)| (n.as_str(), t.as_str(), ""))
+        .collect();
+    let prometheus = Prometheus::start(&jobs);
+    c.set_utilization(70);
+    // Scraping every exporter (the Deployment may be at 0 here: the query has no pods
+    // until KEDA brings it to minReplicaCount).
+    c.wait(
+        "Prometheus scraping the exporters",
+        Duration::from_secs(60),
+        || {
+            let up = prometheus.query("up == 1");
+            (up.len() == targets.len()).then_some(())
+        },
+    );
+    let example = c.dir().join("examples/keda-prometheus/rendered.yaml");
+    let rendered = std::fs::read_to_string(&example).expect("rendered example");
+    assert!(rendered.contains("http://prometheus-operated.monitoring.svc:9090"));
+    let local = c.dir().join("keda-prometheus-local.yaml");
+    std::fs::write(
+        &local,
+        rendered.replace(
+            "http://prometheus-operated.monitoring.svc:9090",
+            &prometheus.base,
+        ),
+    )
+    .expect("write");
+    c.ok(&["apply", "-f", local.to_str().expect("path")]);
+    let name = "resnet-inference-prometheus";
+    quicken(c, name, 300);
+    c.wait(
+        "the ScaledObject Ready and Active",
+        Duration::from_secs(120),
+        || {
+            (condition(c, name, "Ready")? == "True" && condition(c, name, "Active")? == "True")
+                .then_some(())
+        },
+    );
+    let hpa_name = format!("keda-hpa-{name}");
+    let formula = |current, values: &[i64]| hpa::average_value(current, values, TARGET_MILLI);
+    let start = settle(c, &hpa_name, 70);
+    let (_, up, latency) = step(c, &hpa_name, 70, 100, formula);
+    assert!(up > start, "scaled up: {start} → {up}");
+    eprintln!("timing keda-prometheus scale-up: {latency:.2} s");
+    c.ok(&["delete", "scaledobject", "-n", NS, name]);
 }
