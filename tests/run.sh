@@ -11,8 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
 # The real control plane (tests/kube): kube-apiserver, controller-manager, scheduler,
-# kubectl, etcd, kwok and helm, and Prometheus 3 with promtool, from their Go modules,
-# cached in target/kube/bin.
+# kubectl (Kubernetes 1.37), etcd, kwok, helm, KEDA, and Prometheus 3 with promtool,
+# from their Go modules, cached in target/kube/bin.
 bash tests/kube/build.sh
 # The end-to-end tests run the built binaries: the exporter and the fake libnvidia-ml.
 cargo build --workspace --locked

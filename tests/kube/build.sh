@@ -2,20 +2,23 @@
 # Build the tests' control plane from the Go modules beside this script, into
 # target/kube/bin (or $KUBE_BIN_DIR): kube-apiserver, kube-controller-manager,
 # kube-scheduler and kubectl of one Kubernetes release (kubernetes/), etcd (etcd/), kwok
-# (kwok/), helm (helm/), and Prometheus 3 with promtool (prometheus/), which the end-to-end
-# tests run as "a real Prometheus". One module per tool keeps their dependency graphs apart. A module is
+# (kwok/), helm (helm/), Prometheus 3 with promtool (prometheus/), which the end-to-end
+# tests run as "a real Prometheus", and KEDA's operator and metrics API server (keda/:
+# keda and keda-adapter). One module per tool keeps their dependency graphs apart. A module is
 # rebuilt only when its go.mod, go.sum or sources change (a stamp beside the binaries).
-#   bash tests/kube/build.sh
+#   bash tests/kube/build.sh [MODULE...]     (default: every module)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${KUBE_BIN_DIR:-$(cd "$here/../.." && pwd)/target/kube/bin}
 mkdir -p "$out"
 export GOFLAGS="${GOFLAGS:-} -mod=readonly -trimpath"
+only=" $* "
 
-# build MODULE LDFLAGS PACKAGE...
+# build MODULE LDFLAGS PACKAGE...    (a PACKAGE written NAME=PACKAGE is built as NAME)
 build() {
     local module=$1 ldflags=$2
     shift 2
+    [ "$only" = "  " ] || [[ "$only" == *" $module "* ]] || return 0
     local stamp="$out/.$module.stamp" want
     want=$(cd "$here/$module" && find . -maxdepth 1 -type f \( -name 'go.*' -o -name '*.go' \) \
         -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-32)
@@ -24,7 +27,14 @@ build() {
     fi
     echo "tests/kube/build.sh: building $module" >&2
     local started=$SECONDS
-    (cd "$here/$module" && go build -ldflags "-s -w $ldflags" -o "$out/" "$@")
+    local pkg plain=()
+    for pkg in "$@"; do
+        case "$pkg" in
+        *=*) (cd "$here/$module" && go build -ldflags "-s -w $ldflags" -o "$out/${pkg%%=*}" "${pkg#*=}") ;;
+        *) plain+=("$pkg") ;;
+        esac
+    done
+    [ ${#plain[@]} -eq 0 ] || (cd "$here/$module" && go build -ldflags "-s -w $ldflags" -o "$out/" "${plain[@]}")
     echo "$want" >"$stamp"
     echo "tests/kube/build.sh: $module built in $((SECONDS - started)) s" >&2
 }
@@ -53,3 +63,7 @@ pv=github.com/prometheus/common/version
 build prometheus "-X $pv.Version=$prom_version -X $pv.Branch=HEAD -X $pv.Revision=$prom" \
     -tags netgo,remove_all_sd \
     github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+# KEDA's operator and metrics API server, named as KEDA's Makefile names them.
+keda=$(awk '$1 == "github.com/kedacore/keda/v2" { print $2 }' "$here/keda/go.mod")
+build keda "-X github.com/kedacore/keda/v2/version.Version=${keda#v} -X github.com/kedacore/keda/v2/version.GitCommit=$keda" \
+    keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter

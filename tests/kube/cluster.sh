@@ -21,6 +21,21 @@
 # same certificate, the same Service patch as a post-renderer). Then deploy/examples/hpa
 # (the inference Deployment and its HPA).
 #
+# With WITH_KEDA=1, KEDA runs beside it as a KEDA user installs it: KEDA's operator and
+# its metrics API server (built from KEDA's module, tests/kube/keda) as local processes
+# with the keda/keda-operator ServiceAccount, KEDA's CRDs, RBAC and APIService
+# v1beta1.external.metrics.k8s.io from the same module's config/ (its `minimal`
+# kustomization: the Deployments left out, the Services made ExternalNames to localhost,
+# the APIService's caBundle that of a KEDA CA made here: the operator's own certificate
+# rotation is off). The adapter is installed without its external-metrics APIService
+# (KEDA owns it; kustomize: static-certs without components/external-metrics, Helm:
+# externalMetrics.enabled=false). Its gRPC port requires KEDA's client certificate, whose
+# Secret is made in namespace inference as deploy/examples/keda-external says. DIR/examples
+# holds deploy/examples/keda-* with the one change a cluster without cluster DNS needs:
+# the scalerAddress gpu-metrics-adapter.gpu-monitoring.svc:9090 becomes
+# localhost:GRPC_PORT (the serving certificate, from generate-certs.sh, gets the extra SAN
+# DNS:localhost): `kubectl apply -k DIR/examples/keda-external`.
+#
 # Every GPU's utilisation follows DIR/dial (`*=PERCENT`, or `INDEX=PERCENT` lines; see
 # gpu-sim's dial): write it to make the HPA scale. DIR gets kubeconfig (admin), logs/,
 # env (ports and paths, sourceable) and pids/. Ports are free ones.
@@ -111,6 +126,11 @@ helm() {
     HELM_CACHE_HOME=$helm_home/cache HELM_CONFIG_HOME=$helm_home/config \
         HELM_DATA_HOME=$helm_home/data KUBECONFIG=$dir/kubeconfig "$bin/helm" "$@"
 }
+with_keda=${WITH_KEDA:-0}
+case "$with_keda" in
+0 | 1) ;;
+*) fail "WITH_KEDA=$with_keda: 0 or 1" ;;
+esac
 deploy_with=${DEPLOY_WITH:-kustomize}
 case "$deploy_with" in
 kustomize | helm) ;;
@@ -119,7 +139,9 @@ esac
 
 # --- binaries ----------------------------------------------------------------------
 
-bash "$here/build.sh"
+modules=(kubernetes etcd kwok helm)
+[ "$with_keda" = 0 ] || modules+=(keda)
+bash "$here/build.sh" "${modules[@]}"
 if [ -z "${RUST_BIN_DIR:-}" ]; then
     (cd "$root" && cargo build --locked -q -p gpu-exporter -p gpu-metrics-adapter -p kube-sim \
         -p fake-nvml)
@@ -320,11 +342,18 @@ overlay=$dir/deploy
 mkdir -p "$overlay/static-certs/certs"
 # deploy/overlays/static-certs, as a user would use it: its certificates made by its own
 # script, its kustomization copied beside them (the certs/ it names are per cluster).
-bash "$root/deploy/overlays/static-certs/generate-certs.sh" "$overlay/static-certs/certs" >/dev/null
+# With KEDA, the serving certificate is also valid for localhost, the scalerAddress KEDA's
+# operator (a local process, without cluster DNS) dials.
+sans=
+[ "$with_keda" = 0 ] || sans=DNS:localhost
+EXTRA_SANS=$sans bash "$root/deploy/overlays/static-certs/generate-certs.sh" "$overlay/static-certs/certs" >/dev/null
 # (kustomize takes relative paths only.)
 deploy_rel=$(realpath --relative-to "$overlay/static-certs" "$root/deploy")
-sed "s|\.\./\.\./|$deploy_rel/|g" "$root/deploy/overlays/static-certs/kustomization.yaml" \
-    >"$overlay/static-certs/kustomization.yaml"
+# Beside KEDA, the overlay without its external-metrics component, as its comment says.
+without_external=
+[ "$with_keda" = 0 ] || without_external='/components\/external-metrics/d'
+sed -e "s|\.\./\.\./|$deploy_rel/|g" -e "$without_external" \
+    "$root/deploy/overlays/static-certs/kustomization.yaml" >"$overlay/static-certs/kustomization.yaml"
 # What differs from a cluster with real nodes: the adapter and the exporters run as
 # processes on this machine, so the adapter's Service is an ExternalName to localhost on
 # the adapter's port (which the APIServices name). Both install paths get that patch.
@@ -427,6 +456,7 @@ EOF
         --set serviceMonitor.enabled=false --set tls.source=static \
         --set-file tls.static.cert="$certs/tls.crt" --set-file tls.static.key="$certs/tls.key" \
         --set-file tls.static.ca="$certs/ca.crt" --post-renderer cluster-plumbing \
+        --set externalMetrics.enabled="$([ "$with_keda" = 1 ] && echo false || echo true)" \
         --wait --timeout 120s >>"$dir/logs/helm.log" 2>&1 || fail "helm install gpu-metrics-adapter failed"
     ;;
 esac
@@ -498,11 +528,120 @@ fi
 start gpu-metrics-adapter "$rust/gpu-metrics-adapter" \
     --bind-address 127.0.0.1 --secure-port "$adapter_port" --grpc-port "$adapter_grpc" \
     --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \
+    --grpc-client-ca-file "$certs/ca.crt" \
     --kubeconfig "$dir/adapter.kubeconfig" "${adapter_args[@]}"
+
+# --- KEDA (WITH_KEDA=1) -------------------------------------------------------------
+
+if [ "$with_keda" = 1 ]; then
+    keda_src=$(cd "$here/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
+    [ -d "$keda_src/config/minimal" ] || fail "KEDA's config/ not found in $keda_src"
+    umask 077
+    ca keda-ca keda-ca
+    # One certificate for both KEDA processes, as KEDA's own rotation makes it: the
+    # metrics API server serves it to the aggregator, and the operator's gRPC metrics
+    # service and the metrics server present it to each other (mutual TLS, KEDA's CA).
+    cert keda keda-ca /CN=keda serverAuth,clientAuth \
+        "DNS:keda-operator.keda.svc,DNS:keda-operator.keda.svc.cluster.local,DNS:keda-metrics-apiserver.keda.svc,DNS:keda-metrics-apiserver.keda.svc.cluster.local,DNS:localhost,IP:127.0.0.1"
+    keda_certs=$dir/keda/certs
+    mkdir -p "$keda_certs"
+    cp "$pki/keda-ca.crt" "$keda_certs/ca.crt"
+    cp "$pki/keda.crt" "$keda_certs/tls.crt"
+    cp "$pki/keda.key" "$keda_certs/tls.key"
+    umask 022
+    keda_port=$(free_port)
+    keda_grpc=$(free_port)
+    keda_rel=$(realpath --relative-to "$dir/keda" "$keda_src/config/minimal")
+    cat >"$dir/keda/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $keda_rel
+patches:
+  - target: {kind: Deployment, name: keda-operator}
+    patch: |
+      \$patch: delete
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: keda-operator, namespace: keda}
+  - target: {kind: Deployment, name: keda-metrics-apiserver}
+    patch: |
+      \$patch: delete
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: keda-metrics-apiserver, namespace: keda}
+  - target: {kind: Service, name: keda-metrics-apiserver}
+    patch: |
+      - {op: replace, path: /spec/type, value: ExternalName}
+      - {op: add, path: /spec/externalName, value: localhost}
+      - {op: remove, path: /spec/selector}
+      - op: replace
+        path: /spec/ports
+        value: [{name: https, port: $keda_port, targetPort: $keda_port, protocol: TCP}]
+  - target: {kind: Service, name: keda-operator}
+    patch: |
+      - {op: replace, path: /spec/type, value: ExternalName}
+      - {op: add, path: /spec/externalName, value: localhost}
+      - {op: remove, path: /spec/selector}
+      - op: replace
+        path: /spec/ports
+        value: [{name: metricsservice, port: $keda_grpc, targetPort: $keda_grpc, protocol: TCP}]
+  - target: {group: apiregistration.k8s.io, kind: APIService, name: v1beta1.external.metrics.k8s.io}
+    patch: |
+      - {op: add, path: /spec/service/port, value: $keda_port}
+      - {op: add, path: /spec/caBundle, value: $(base64 -w0 "$keda_certs/ca.crt")}
+EOF
+    kubectl kustomize "$dir/keda" >"$dir/keda/rendered.yaml"
+    kubectl apply --server-side --field-manager cluster.sh -f "$dir/keda/rendered.yaml" \
+        >/dev/null 2>"$dir/logs/keda-apply.log" || fail "applying KEDA's config failed"
+    wait_for "KEDA's CRDs" 60 kubectl wait --for=condition=Established --timeout=1s \
+        crd/scaledobjects.keda.sh crd/triggerauthentications.keda.sh
+    sa_kubeconfig "$dir/keda.kubeconfig" keda keda-operator
+    # KEDA's Deployments' environment (config/manager, config/metrics-server).
+    keda_env=(env KUBECONFIG="$dir/keda.kubeconfig" POD_NAMESPACE=keda WATCH_NAMESPACE=
+        KEDA_CLUSTER_OBJECT_NAMESPACE=keda)
+    start keda-operator "${keda_env[@]}" "$bin/keda" --leader-elect=false \
+        --zap-log-level=info --zap-encoder=console --enable-cert-rotation=false \
+        --cert-dir "$keda_certs" --ca-dir "$keda_certs" \
+        --metrics-bind-address "127.0.0.1:$(free_port)" \
+        --health-probe-bind-address "127.0.0.1:$(free_port)" \
+        --metrics-service-bind-address "127.0.0.1:$keda_grpc"
+    # (Its --port, the Prometheus endpoint, binds every interface: KEDA has no address
+    # flag for it.)
+    start keda-adapter "${keda_env[@]}" "$bin/keda-adapter" \
+        --bind-address 127.0.0.1 --secure-port "$keda_port" --zap-log-level=info \
+        --client-ca-file "$keda_certs/ca.crt" --tls-cert-file "$keda_certs/tls.crt" \
+        --tls-private-key-file "$keda_certs/tls.key" --cert-dir "$keda_certs" \
+        --lister-kubeconfig "$dir/keda.kubeconfig" \
+        --authentication-kubeconfig "$dir/keda.kubeconfig" \
+        --authorization-kubeconfig "$dir/keda.kubeconfig" \
+        --metrics-service-address "127.0.0.1:$keda_grpc" --port "$(free_port)"
+    # KEDA's client certificate for the adapter's gRPC port, as
+    # deploy/examples/keda-external has a static-certs user make it.
+    kubectl create namespace inference --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    kubectl -n inference create secret generic gpu-metrics-adapter-keda-client \
+        --from-file=ca.crt="$certs/ca.crt" --from-file=tls.crt="$certs/keda-client.crt" \
+        --from-file=tls.key="$certs/keda-client.key" >/dev/null
+    # deploy/examples/keda-*, with the scaler address this cluster has.
+    for example in "$root"/deploy/examples/keda-*; do
+        name=$(basename "$example")
+        mkdir -p "$dir/examples/$name"
+        kubectl kustomize "$example" |
+            sed "s|gpu-metrics-adapter\.gpu-monitoring\.svc:9090|localhost:$adapter_grpc|" \
+                >"$dir/examples/$name/rendered.yaml"
+        echo "resources: [rendered.yaml]" >"$dir/examples/$name/kustomization.yaml"
+    done
+fi
 
 wait_for "the APIServices" 120 kubectl wait --for=condition=Available --timeout=1s \
     apiservice v1beta2.custom.metrics.k8s.io v1beta1.custom.metrics.k8s.io \
     v1beta1.external.metrics.k8s.io
+if [ "$with_keda" = 1 ]; then
+    owner=$(kubectl get apiservice v1beta1.external.metrics.k8s.io \
+        -o jsonpath='{.spec.service.namespace}/{.spec.service.name}')
+    [ "$owner" = keda/keda-metrics-apiserver ] ||
+        fail "v1beta1.external.metrics.k8s.io is served by $owner, not KEDA"
+fi
 
 # --- the example workload ----------------------------------------------------------
 
@@ -524,6 +663,7 @@ ADAPTER_CA=$certs/ca.crt
 EXPORTER_URLS="${exporter_urls[*]}"
 DIAL=$dial
 DEPLOY_WITH=$deploy_with
+WITH_KEDA=$with_keda
 HELM_CACHE_HOME=$helm_home/cache
 HELM_CONFIG_HOME=$helm_home/config
 HELM_DATA_HOME=$helm_home/data

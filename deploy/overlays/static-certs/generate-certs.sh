@@ -7,7 +7,9 @@
 # offline to re-issue the others (rerun with the same DIR: an existing CA is reused, both
 # pairs are replaced). The client certificate (clientAuth only) is what the adapter's
 # gRPC port requires of KEDA (--grpc-client-ca-file). Both certificates are valid for
-# DAYS days (default 365): renew before then.
+# DAYS days (default 365): renew before then. EXTRA_SANS adds subjectAltName entries to
+# the serving certificate (e.g. EXTRA_SANS=DNS:localhost for an adapter reached on this
+# machine).
 set -euo pipefail
 dir="${1:-$(cd "$(dirname "$0")" && pwd)/certs}"
 days="${DAYS:-365}"
@@ -31,7 +33,7 @@ cat >"$ext" <<EXT
 basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth
-subjectAltName=DNS:${service}.${namespace}.svc,DNS:${service}.${namespace}.svc.cluster.local
+subjectAltName=DNS:${service}.${namespace}.svc,DNS:${service}.${namespace}.svc.cluster.local${EXTRA_SANS:+,$EXTRA_SANS}
 EXT
 openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
     -sha256 -days "$days" -extfile "$ext" -out "$dir/tls.crt" 2>/dev/null

@@ -221,14 +221,14 @@ fn scaled_object(meta: &[(&str, &str)]) -> ScaledObjectRef {
 
 /// A gateway's `/metrics` in the text exposition: the requests waiting per route,
 /// `waiting` for route "llm" and a constant 7 for another route; 503 while `broken`.
-struct FakeGateway {
-    port: u16,
-    waiting: Arc<AtomicU64>,
-    broken: Arc<AtomicBool>,
+pub(crate) struct FakeGateway {
+    pub(crate) port: u16,
+    pub(crate) waiting: Arc<AtomicU64>,
+    pub(crate) broken: Arc<AtomicBool>,
 }
 
 impl FakeGateway {
-    fn start() -> FakeGateway {
+    pub(crate) fn start() -> FakeGateway {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let waiting = Arc::new(AtomicU64::new(0));

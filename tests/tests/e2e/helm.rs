@@ -1037,6 +1037,31 @@ fn helm_installs_upgrades_and_uninstalls_in_a_real_cluster() {
                 .then_some(())
         },
     );
+    // A second owner of external.metrics.k8s.io is refused, naming the owner and the
+    // switch, before anything changes: KEDA's metrics server registered it meanwhile.
+    let keda = json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
+        "spec": {"group": "external.metrics.k8s.io", "version": "v1beta1",
+                 "groupPriorityMinimum": 100, "versionPriority": 100,
+                 "service": {"name": "keda-metrics-apiserver", "namespace": "keda", "port": 443},
+                 "insecureSkipTLSVerify": true}
+    });
+    let file = c.dir().join("keda-apiservice.json");
+    std::fs::write(&file, keda.to_string()).expect("write");
+    c.ok(&["apply", "-f", file.to_str().expect("path")]);
+    let out = upgrade(&c, &["--set", "externalMetrics.enabled=true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "took KEDA's APIService over");
+    assert!(
+        err.contains("already served by keda/keda-metrics-apiserver")
+            && err.contains("externalMetrics.enabled=false"),
+        "{err}"
+    );
+    let api = c.json(&["apiservice", "v1beta1.external.metrics.k8s.io"]);
+    assert_eq!(api["spec"]["service"]["namespace"], "keda", "{api}");
+    // (Unavailable, it would hold namespace deletion up: gone before that part.)
+    c.ok(&["delete", "apiservice", "v1beta1.external.metrics.k8s.io"]);
     // A wrong value is refused before anything changes.
     let out = upgrade(&c, &["--set", "replicas=-1"]);
     assert!(!out.status.success(), "replicas=-1 accepted");

@@ -29,6 +29,7 @@ mod golden;
 mod health_signals;
 mod helm;
 mod images;
+mod keda;
 mod layering;
 mod listener_limits;
 mod long_polls;
