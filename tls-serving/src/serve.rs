@@ -148,42 +148,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let limits = Arc::new(limits);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // hyper's header-read timer runs from the moment the connection waits for a
-    // request head, so it is HTTP/1.1's keep-alive idle timeout and slowloris bound in
-    // one. It does not cover the wait before the first byte (hyper-util's version sniff
-    // reads with no timer); the idle watch below does.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.idle_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.http2_max_concurrent_streams)
-        .max_header_list_size(limits.http2_max_header_list_size)
-        .initial_stream_window_size(HTTP2_STREAM_WINDOW)
-        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
-        .keep_alive_interval(limits.http2_keep_alive_interval)
-        .keep_alive_timeout(limits.http2_keep_alive_timeout);
-    let mut health_builder = builder.clone();
-    // A reserve connection serves one request.
-    health_builder.http1().keep_alive(false);
-    let protocols = Arc::new(ProtocolSet::new(builder));
-    let health_protocols = Arc::new(ProtocolSet::new(health_builder));
-
-    // Beyond the cap (and the health reserve, below) a connection is accepted and
-    // closed at once rather than left in the kernel's backlog: a full backlog drops
-    // every SYN, probes' included, and holds the same; accepting keeps the queue moving
-    // so the reserve can take a probe, and the client learns at once instead of timing
-    // out. The cap keeps descriptors under `nofile`, so accept itself never fails.
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let addresses = Arc::new(AddressSlots::new(limits.max_connections_per_address));
-    let mut reserve = HealthReserve::new(if limits.health_paths.is_empty() {
-        0
-    } else {
-        limits.health_reserve
-    });
+    let (protocols, health_protocols) = protocol_sets(&limits);
+    let (protocols, health_protocols) = (Arc::new(protocols), Arc::new(health_protocols));
+    let mut places = Places::new(&limits);
     let (closing, closing_rx) = watch::channel(false);
     let requests = Arc::new(Semaphore::new(
         limits.max_requests_in_flight.min(Semaphore::MAX_PERMITS),
@@ -203,31 +170,13 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // A regular slot needs room on the listener and under the client's address
-        // cap; a connection denied one is counted, and may still ask the health paths.
-        let regular = match addresses.try_take(remote.ip()) {
-            None => Err((Refusal::PerAddress, limits.max_connections_per_address)),
-            Some(address) => match slots.clone().try_acquire_owned() {
-                Ok(permit) => Ok((permit, address)),
-                Err(_) => Err((Refusal::MaxConnections, limits.max_connections)),
-            },
-        };
-        let (permit, address, health) = match regular {
-            Ok((permit, address)) => (permit, Some(address), None),
-            Err((reason, limit)) => {
-                limits.stats.refuse(reason, remote, limit);
-                match reserve.admit(limits.health_timeout).await {
-                    Some((permit, ticket)) => (permit, None, Some(ticket)),
-                    None => {
-                        drop(stream);
-                        continue;
-                    }
-                }
-            }
+        let Some(place) = places.take(remote, &limits).await else {
+            drop(stream);
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let tls = tls.as_ref().map(|handle| handle.load_full());
-        let protocols = if health.is_some() {
+        let protocols = if place.health.is_some() {
             health_protocols.clone()
         } else {
             protocols.clone()
@@ -235,16 +184,16 @@ pub async fn serve(
         let connection = Connection {
             router: router.clone(),
             requests: requests.clone(),
-            health: health.clone(),
+            health: place.health.clone(),
             limits: limits.clone(),
             closing: closing_rx.clone(),
             remote,
         };
         tokio::spawn(async move {
-            let _permit = permit;
-            let _address = address;
+            let _permit = place.permit;
+            let _address = place.address;
             let served = connection.run(stream, tls, &protocols);
-            match health {
+            match place.health {
                 None => served.await,
                 Some(ticket) => {
                     let deadline = tokio::time::sleep(ticket.deadline);
@@ -259,18 +208,122 @@ pub async fn serve(
     }
     drop(listener);
     let _ = closing.send(true);
-    // Every connection holds a permit until it ends: holding them all means drained.
-    let drained = async {
-        let _all = slots.acquire_many(permits(limits.max_connections)).await;
-        let _all = reserve.alive.acquire_many(permits(reserve.alive_max)).await;
-    };
-    if tokio::time::timeout(limits.drain_timeout, drained)
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after the drain timeout; closing them");
-    }
+    places.drain(&limits).await;
     Ok(())
+}
+
+/// The protocol builders for regular connections and for health-reserve ones, with
+/// every per-connection bound of `limits` set.
+fn protocol_sets(limits: &Limits) -> (ProtocolSet, ProtocolSet) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper's header-read timer runs from the moment the connection waits for a
+    // request head, so it is HTTP/1.1's keep-alive idle timeout and slowloris bound in
+    // one. It does not cover the wait before the first byte (hyper-util's version sniff
+    // reads with no timer); the idle watch (`watch_connection`) does.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+        .max_header_list_size(limits.http2_max_header_list_size)
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+        .keep_alive_interval(limits.http2_keep_alive_interval)
+        .keep_alive_timeout(limits.http2_keep_alive_timeout);
+    let mut health_builder = builder.clone();
+    // A reserve connection serves one request.
+    health_builder.http1().keep_alive(false);
+    (ProtocolSet::new(builder), ProtocolSet::new(health_builder))
+}
+
+/// Where accepted connections may go: a regular slot, or the health reserve.
+///
+/// Beyond the cap (and the health reserve) a connection is accepted and closed at once
+/// rather than left in the kernel's backlog: a full backlog drops every SYN, probes'
+/// included, and holds the same; accepting keeps the queue moving so the reserve can
+/// take a probe, and the client learns at once instead of timing out. The cap keeps
+/// descriptors under `nofile`, so accept itself never fails.
+struct Places {
+    slots: Arc<Semaphore>,
+    addresses: Arc<AddressSlots>,
+    reserve: HealthReserve,
+}
+
+/// The place a connection holds until it ends.
+struct Place {
+    permit: OwnedSemaphorePermit,
+    /// Its place under the client's address cap; `None` in the health reserve.
+    address: Option<AddressSlot>,
+    /// Its health-reserve ticket; `None` in a regular slot.
+    health: Option<Arc<ReserveTicket>>,
+}
+
+impl Places {
+    fn new(limits: &Limits) -> Self {
+        Places {
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            addresses: Arc::new(AddressSlots::new(limits.max_connections_per_address)),
+            reserve: HealthReserve::new(if limits.health_paths.is_empty() {
+                0
+            } else {
+                limits.health_reserve
+            }),
+        }
+    }
+
+    /// A place for a connection from `remote`, or `None` when it is to be closed.
+    async fn take(&mut self, remote: SocketAddr, limits: &Limits) -> Option<Place> {
+        // A regular slot needs room on the listener and under the client's address
+        // cap; a connection denied one is counted, and may still ask the health paths.
+        let regular = match self.addresses.try_take(remote.ip()) {
+            None => Err((Refusal::PerAddress, limits.max_connections_per_address)),
+            Some(address) => match self.slots.clone().try_acquire_owned() {
+                Ok(permit) => Ok((permit, address)),
+                Err(_) => Err((Refusal::MaxConnections, limits.max_connections)),
+            },
+        };
+        match regular {
+            Ok((permit, address)) => Some(Place {
+                permit,
+                address: Some(address),
+                health: None,
+            }),
+            Err((reason, limit)) => {
+                limits.stats.refuse(reason, remote, limit);
+                let (permit, ticket) = self.reserve.admit(limits.health_timeout).await?;
+                Some(Place {
+                    permit,
+                    address: None,
+                    health: Some(ticket),
+                })
+            }
+        }
+    }
+
+    /// Wait, up to `limits.drain_timeout`, for every connection to end.
+    async fn drain(&self, limits: &Limits) {
+        // Every connection holds a permit until it ends: holding them all means drained.
+        let drained = async {
+            let _all = self
+                .slots
+                .acquire_many(permits(limits.max_connections))
+                .await;
+            let _all = self
+                .reserve
+                .alive
+                .acquire_many(permits(self.reserve.alive_max))
+                .await;
+        };
+        if tokio::time::timeout(limits.drain_timeout, drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still open after the drain timeout; closing them");
+        }
+    }
 }
 
 fn permits(n: usize) -> u32 {

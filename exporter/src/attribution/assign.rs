@@ -242,6 +242,14 @@ impl ResolveCache {
     }
 }
 
+/// (namespace, pod, container).
+type ContainerKey = (Arc<str>, Arc<str>, Arc<str>);
+/// How a container holds one entity: whether any of its IDs marks sharing, its lowest
+/// sharing replica, and the DRA claim the device came through.
+type Held = (bool, Option<u32>, Option<Arc<DraLabels>>);
+/// The containers holding one entity, and how.
+type EntityHolders = BTreeMap<ContainerKey, Held>;
+
 impl Holdings {
     /// Match `allocations` to the inventory. Pods the watch saw finish are left out.
     pub fn resolve(
@@ -250,71 +258,8 @@ impl Holdings {
         pods: &PodDirectory,
         cache: &mut ResolveCache,
     ) -> Holdings {
-        let n = inv.entities.len();
-        type Key = (Arc<str>, Arc<str>, Arc<str>);
-        type PodKey = (Arc<str>, Arc<str>);
-        // Whether any of the container's IDs marks sharing, its lowest sharing replica,
-        // and the DRA claim the device came through.
-        type Held = (bool, Option<u32>, Option<Arc<DraLabels>>);
-        // entity → (namespace, pod, container) → how it holds the entity
-        let mut holders: Vec<BTreeMap<Key, Held>> = vec![BTreeMap::new(); n];
-        let mut unmapped = Vec::new();
-        for a in allocations {
-            if !pods.may_label(&a.namespace, &a.pod) {
-                continue;
-            }
-            let (entity, first_time) = cache.resolve(&a.device, inv);
-            let Some(e) = entity else {
-                let what = match &a.device {
-                    AllocatedDevice::Plugin(id) => id.to_string(),
-                    AllocatedDevice::Dra(d) => format!("DRA {}/{}", d.pool, d.device),
-                };
-                if first_time {
-                    tracing::warn!(resource = %a.resource, device = %what, pod = %a.pod, namespace = %a.namespace, "kubelet device is not a GPU on this node; its pod gets no GPU labels");
-                }
-                unmapped.push(what);
-                continue;
-            };
-            let replica = match &a.device {
-                AllocatedDevice::Plugin(id) => id.replica,
-                AllocatedDevice::Dra(_) => None,
-            };
-            let sharing = a.shared_resource || replica.is_some();
-            let dra = match &a.device {
-                AllocatedDevice::Dra(d) => Some(Arc::new(DraLabels {
-                    claim_name: d.claim_name.clone(),
-                    claim_namespace: d.claim_namespace.clone(),
-                    driver_name: super::kubelet::NVIDIA_DRA_DRIVER.to_string(),
-                    pool_name: d.pool.clone(),
-                    device_name: d.device.clone(),
-                    mig: inv.entities[e]
-                        .mig
-                        .as_ref()
-                        .map(|m| (m.profile.clone(), m.mig_uuid.clone())),
-                })),
-                AllocatedDevice::Plugin(_) => None,
-            };
-            let slot = holders[e]
-                .entry((a.namespace.clone(), a.pod.clone(), a.container.clone()))
-                .or_insert((false, None, None));
-            slot.0 |= sharing;
-            slot.1 = match (slot.1, replica) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, y) => x.or(y),
-            };
-            // One claim per (device, container); should two name it, the first in the
-            // kubelet's sorted order labels it.
-            if slot.2.is_none() {
-                slot.2 = dra;
-            }
-        }
-        unmapped.sort();
-        unmapped.dedup();
-        let known = |ns: &str, pod: &str| pods.pods.get(&(ns.to_string(), pod.to_string()));
-        let labels_of =
-            |ns: &str, pod: &str| known(ns, pod).map(|p| p.labels.clone()).unwrap_or_default();
-        let uid_of = |ns: &str, pod: &str| known(ns, pod).map(|p| Arc::from(p.uid.as_str()));
-        let mut per_entity = Vec::with_capacity(n);
+        let (holders, unmapped) = holders_by_entity(inv, allocations, pods, cache);
+        let mut per_entity = Vec::with_capacity(holders.len());
         let mut allocations_out = Vec::new();
         for (e, hs) in holders.iter().enumerate() {
             for ((ns, pod, container), (_, replica, dra)) in hs {
@@ -324,68 +269,14 @@ impl Holdings {
                         namespace: ns.clone(),
                         pod: pod.clone(),
                         container: Some(container.clone()),
-                        pod_labels: labels_of(ns, pod),
-                        pod_uid: uid_of(ns, pod),
+                        pod_labels: pod_labels(pods, ns, pod),
+                        pod_uid: pod_uid(pods, ns, pod),
                         vgpu: *replica,
                         dra: dra.clone(),
                     },
                 ));
             }
-            let shared = hs.len() > 1 || hs.values().any(|s| s.0);
-            per_entity.push(match (hs.len(), shared) {
-                (0, _) => Holding::Free,
-                (_, false) => {
-                    // One container, not shared: proven by len() == 1 above.
-                    let ((ns, pod, container), (_, replica, dra)) = hs
-                        .iter()
-                        .next()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .unwrap_or_else(|| {
-                            unreachable!("an entity with one holder has a first key")
-                        });
-                    Holding::Exclusive(Holder {
-                        pod_labels: labels_of(&ns, &pod),
-                        pod_uid: uid_of(&ns, &pod),
-                        vgpu: replica,
-                        namespace: ns,
-                        pod,
-                        container: Some(container),
-                        dra,
-                    })
-                }
-                (_, true) => {
-                    // One share per pod; the container is named when only one holds it.
-                    // A pod's share carries its claim when all its containers got the
-                    // device through the same one (a claim shared between pods), and
-                    // the lowest replica of its containers.
-                    type PodShare = (Vec<(Arc<str>, Option<u32>)>, Vec<Option<Arc<DraLabels>>>);
-                    let mut by_pod: BTreeMap<PodKey, PodShare> = BTreeMap::new();
-                    for ((ns, pod, c), (_, replica, dra)) in hs {
-                        let entry = by_pod.entry((ns.clone(), pod.clone())).or_default();
-                        entry.0.push((c.clone(), *replica));
-                        entry.1.push(dra.clone());
-                    }
-                    Holding::Shared(
-                        by_pod
-                            .into_iter()
-                            .map(|((ns, pod), (cs, claims))| Holder {
-                                pod_labels: labels_of(&ns, &pod),
-                                pod_uid: uid_of(&ns, &pod),
-                                vgpu: cs.iter().filter_map(|c| c.1).min(),
-                                container: (cs.len() == 1).then(|| cs[0].0.clone()),
-                                namespace: ns,
-                                pod,
-                                dra: match claims.split_first() {
-                                    Some((first, rest)) if rest.iter().all(|c| c == first) => {
-                                        first.clone()
-                                    }
-                                    _ => None,
-                                },
-                            })
-                            .collect(),
-                    )
-                }
-            });
+            per_entity.push(holding_of(hs, pods));
         }
         Holdings {
             per_entity,
@@ -393,6 +284,149 @@ impl Holdings {
             unmapped,
         }
     }
+}
+
+/// Group the allocations of pods that may be labelled by the inventory entity they
+/// resolve to (one map per entity), and list the devices that resolve to none, sorted
+/// and deduplicated.
+fn holders_by_entity(
+    inv: &Inventory,
+    allocations: &[Allocation],
+    pods: &PodDirectory,
+    cache: &mut ResolveCache,
+) -> (Vec<EntityHolders>, Vec<String>) {
+    let mut holders: Vec<EntityHolders> = vec![BTreeMap::new(); inv.entities.len()];
+    let mut unmapped = Vec::new();
+    for a in allocations {
+        if !pods.may_label(&a.namespace, &a.pod) {
+            continue;
+        }
+        let (entity, first_time) = cache.resolve(&a.device, inv);
+        let Some(e) = entity else {
+            let what = match &a.device {
+                AllocatedDevice::Plugin(id) => id.to_string(),
+                AllocatedDevice::Dra(d) => format!("DRA {}/{}", d.pool, d.device),
+            };
+            if first_time {
+                tracing::warn!(resource = %a.resource, device = %what, pod = %a.pod, namespace = %a.namespace, "kubelet device is not a GPU on this node; its pod gets no GPU labels");
+            }
+            unmapped.push(what);
+            continue;
+        };
+        let replica = match &a.device {
+            AllocatedDevice::Plugin(id) => id.replica,
+            AllocatedDevice::Dra(_) => None,
+        };
+        let sharing = a.shared_resource || replica.is_some();
+        let dra = dra_labels(&a.device, inv, e);
+        let slot = holders[e]
+            .entry((a.namespace.clone(), a.pod.clone(), a.container.clone()))
+            .or_insert((false, None, None));
+        slot.0 |= sharing;
+        slot.1 = match (slot.1, replica) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        // One claim per (device, container); should two name it, the first in the
+        // kubelet's sorted order labels it.
+        if slot.2.is_none() {
+            slot.2 = dra;
+        }
+    }
+    unmapped.sort();
+    unmapped.dedup();
+    (holders, unmapped)
+}
+
+/// The claim labels of a device allocated through DRA, resolved to entity `e`.
+fn dra_labels(device: &AllocatedDevice, inv: &Inventory, e: usize) -> Option<Arc<DraLabels>> {
+    match device {
+        AllocatedDevice::Dra(d) => Some(Arc::new(DraLabels {
+            claim_name: d.claim_name.clone(),
+            claim_namespace: d.claim_namespace.clone(),
+            driver_name: super::kubelet::NVIDIA_DRA_DRIVER.to_string(),
+            pool_name: d.pool.clone(),
+            device_name: d.device.clone(),
+            mig: inv.entities[e]
+                .mig
+                .as_ref()
+                .map(|m| (m.profile.clone(), m.mig_uuid.clone())),
+        })),
+        AllocatedDevice::Plugin(_) => None,
+    }
+}
+
+/// The pod's allow-listed labels, once the pod watch knows the pod.
+fn pod_labels(pods: &PodDirectory, ns: &str, pod: &str) -> Vec<(String, String)> {
+    pods.pods
+        .get(&(ns.to_string(), pod.to_string()))
+        .map(|p| p.labels.clone())
+        .unwrap_or_default()
+}
+
+/// The pod's UID, once the pod watch knows the pod.
+fn pod_uid(pods: &PodDirectory, ns: &str, pod: &str) -> Option<Arc<str>> {
+    pods.pods
+        .get(&(ns.to_string(), pod.to_string()))
+        .map(|p| Arc::from(p.uid.as_str()))
+}
+
+/// How an entity is held, from the containers holding it.
+fn holding_of(hs: &EntityHolders, pods: &PodDirectory) -> Holding {
+    let shared = hs.len() > 1 || hs.values().any(|s| s.0);
+    match (hs.len(), shared) {
+        (0, _) => Holding::Free,
+        (_, false) => {
+            // One container, not shared: proven by len() == 1 above.
+            let ((ns, pod, container), (_, replica, dra)) = hs
+                .iter()
+                .next()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .unwrap_or_else(|| unreachable!("an entity with one holder has a first key"));
+            Holding::Exclusive(Holder {
+                pod_labels: pod_labels(pods, &ns, &pod),
+                pod_uid: pod_uid(pods, &ns, &pod),
+                vgpu: replica,
+                namespace: ns,
+                pod,
+                container: Some(container),
+                dra,
+            })
+        }
+        (_, true) => shared_holding(hs, pods),
+    }
+}
+
+/// A shared entity's holders: one share per pod; the container is named when only one
+/// holds it. A pod's share carries its claim when all its containers got the device
+/// through the same one (a claim shared between pods), and the lowest replica of its
+/// containers.
+fn shared_holding(hs: &EntityHolders, pods: &PodDirectory) -> Holding {
+    type PodKey = (Arc<str>, Arc<str>);
+    type PodShare = (Vec<(Arc<str>, Option<u32>)>, Vec<Option<Arc<DraLabels>>>);
+    let mut by_pod: BTreeMap<PodKey, PodShare> = BTreeMap::new();
+    for ((ns, pod, c), (_, replica, dra)) in hs {
+        let entry = by_pod.entry((ns.clone(), pod.clone())).or_default();
+        entry.0.push((c.clone(), *replica));
+        entry.1.push(dra.clone());
+    }
+    Holding::Shared(
+        by_pod
+            .into_iter()
+            .map(|((ns, pod), (cs, claims))| Holder {
+                pod_labels: pod_labels(pods, &ns, &pod),
+                pod_uid: pod_uid(pods, &ns, &pod),
+                vgpu: cs.iter().filter_map(|c| c.1).min(),
+                container: (cs.len() == 1).then(|| cs[0].0.clone()),
+                namespace: ns,
+                pod,
+                dra: match claims.split_first() {
+                    Some((first, rest)) if rest.iter().all(|c| c == first) => first.clone(),
+                    _ => None,
+                },
+            })
+            .collect(),
+    )
 }
 
 /// Split an integer device value `total` into per-pod shares, in proportion to

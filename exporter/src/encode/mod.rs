@@ -684,17 +684,39 @@ pub fn scrape_part(stats: ScrapeStats, fmt: Format, out: &mut Vec<u8>) {
 /// The exporter's own families that change only with the snapshot, in order, into
 /// `sink`; [`walk_scrape_metrics`] follows them.
 pub(crate) fn walk_snapshot_metrics<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &mut S) {
-    // One unlabelled sample of our own: `name` without the prefix.
-    let scalar = |sink: &mut S, ty: MetricType, name: &str, help: &str, v: f64| {
-        sink.family(&format!("{PREFIX}{name}"), ty, help);
-        sink.sample("", &[], Sample::Float(v));
-    };
     sink.family(
         &format!("{PREFIX}build_info"),
         MetricType::Gauge,
         "Version and GPU source of this exporter; always 1.",
     );
     sink.sample(&snap.build_labels, &[], Sample::Uint(1));
+    walk_sampling_metrics(snap, sink);
+    if let Some(r) = &snap.config_reload {
+        walk_config_reload_metrics(r, sink);
+    }
+    if let Some(a) = &snap.attribution {
+        walk_attribution_metrics(a, sink);
+    }
+    if !snap.field_errors.is_empty() {
+        sink.family(
+            &format!("{PREFIX}field_errors_total"),
+            MetricType::Counter,
+            "Failed reads per field (not-supported answers are not errors).",
+        );
+        for (field, n) in &snap.field_errors {
+            sink.sample("", &[("field", field)], Sample::Uint(*n));
+        }
+    }
+}
+
+/// One unlabelled sample of our own: `name` without the prefix.
+fn scalar<'a, S: Sink<'a>>(sink: &mut S, ty: MetricType, name: &str, help: &str, v: f64) {
+    sink.family(&format!("{PREFIX}{name}"), ty, help);
+    sink.sample("", &[], Sample::Float(v));
+}
+
+/// How the sampler is doing: whether it reaches the driver, and its cycles.
+fn walk_sampling_metrics<'a, S: Sink<'a>>(snap: &Snapshot, sink: &mut S) {
     scalar(
         sink,
         MetricType::Gauge,
@@ -739,79 +761,79 @@ pub(crate) fn walk_snapshot_metrics<'a, S: Sink<'a>>(snap: &'a Snapshot, sink: &
         "Sampling cycles in which the GPU driver did not answer.",
         snap.sample_failures_total as f64,
     );
-    if let Some(r) = &snap.config_reload {
+}
+
+/// The outcome of the last load of the counters CSV.
+fn walk_config_reload_metrics<'a, S: Sink<'a>>(
+    status: &crate::plan::reload::ReloadStatus,
+    sink: &mut S,
+) {
+    scalar(
+        sink,
+        MetricType::Gauge,
+        "config_last_reload_successful",
+        "1 if the last load of the counters CSV succeeded, else 0 (the previous counters are still served).",
+        if status.successful { 1.0 } else { 0.0 },
+    );
+    scalar(
+        sink,
+        MetricType::Gauge,
+        "config_last_reload_success_timestamp_seconds",
+        "Unix time of the last successful load of the counters CSV.",
+        unix_seconds(status.last_success),
+    );
+}
+
+/// The health of pod attribution: the kubelet list, the pod watch, unmapped devices.
+fn walk_attribution_metrics<'a, S: Sink<'a>>(
+    a: &crate::attribution::AttributionStatus,
+    sink: &mut S,
+) {
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    scalar(
+        sink,
+        MetricType::Gauge,
+        "kubelet_up",
+        "1 if the last kubelet PodResources list succeeded, else 0 (series then carry no pod labels).",
+        flag(a.kubelet_up),
+    );
+    scalar(
+        sink,
+        MetricType::Counter,
+        "kubelet_list_failures_total",
+        "kubelet PodResources lists that failed or timed out.",
+        a.kubelet_failures_total as f64,
+    );
+    scalar(
+        sink,
+        MetricType::Gauge,
+        "kubelet_list_duration_seconds",
+        "Duration of the last kubelet PodResources list.",
+        a.kubelet_list_duration_seconds,
+    );
+    if a.pod_watch {
         scalar(
             sink,
             MetricType::Gauge,
-            "config_last_reload_successful",
-            "1 if the last load of the counters CSV succeeded, else 0 (the previous counters are still served).",
-            if r.successful { 1.0 } else { 0.0 },
-        );
-        scalar(
-            sink,
-            MetricType::Gauge,
-            "config_last_reload_success_timestamp_seconds",
-            "Unix time of the last successful load of the counters CSV.",
-            unix_seconds(r.last_success),
+            "pod_watch_up",
+            "1 while the API server's pod watch for this node is connected and synced, else 0 (the last known pods stay in use).",
+            flag(a.pod_watch_up && a.pod_watch_synced),
         );
     }
-    if let Some(a) = &snap.attribution {
-        let flag = |b: bool| if b { 1.0 } else { 0.0 };
-        scalar(
-            sink,
-            MetricType::Gauge,
-            "kubelet_up",
-            "1 if the last kubelet PodResources list succeeded, else 0 (series then carry no pod labels).",
-            flag(a.kubelet_up),
-        );
-        scalar(
-            sink,
-            MetricType::Counter,
-            "kubelet_list_failures_total",
-            "kubelet PodResources lists that failed or timed out.",
-            a.kubelet_failures_total as f64,
-        );
-        scalar(
-            sink,
-            MetricType::Gauge,
-            "kubelet_list_duration_seconds",
-            "Duration of the last kubelet PodResources list.",
-            a.kubelet_list_duration_seconds,
-        );
-        if a.pod_watch {
-            scalar(
-                sink,
-                MetricType::Gauge,
-                "pod_watch_up",
-                "1 while the API server's pod watch for this node is connected and synced, else 0 (the last known pods stay in use).",
-                flag(a.pod_watch_up && a.pod_watch_synced),
-            );
-        }
-        scalar(
-            sink,
-            MetricType::Gauge,
-            "pod_devices_unmapped",
-            "kubelet GPU device IDs that name no device of this node, or match no known form.",
-            (a.unmapped_devices + a.unparsed_devices) as f64,
-        );
-        scalar(
-            sink,
-            MetricType::Gauge,
-            "attribution_duration_seconds",
-            "Time the last sampling cycle spent attributing devices and shares to pods.",
-            a.duration_seconds,
-        );
-    }
-    if !snap.field_errors.is_empty() {
-        sink.family(
-            &format!("{PREFIX}field_errors_total"),
-            MetricType::Counter,
-            "Failed reads per field (not-supported answers are not errors).",
-        );
-        for (field, n) in &snap.field_errors {
-            sink.sample("", &[("field", field)], Sample::Uint(*n));
-        }
-    }
+    scalar(
+        sink,
+        MetricType::Gauge,
+        "pod_devices_unmapped",
+        "kubelet GPU device IDs that name no device of this node, or match no known form.",
+        (a.unmapped_devices + a.unparsed_devices) as f64,
+    );
+    scalar(
+        sink,
+        MetricType::Gauge,
+        "attribution_duration_seconds",
+        "Time the last sampling cycle spent attributing devices and shares to pods.",
+        a.duration_seconds,
+    );
 }
 
 /// The exporter's own families that change with every scrape, into `sink`.

@@ -215,42 +215,14 @@ pub fn load(path: &Path) -> Result<(ExportPlan, Vec<PlanWarning>)> {
 
 /// Parse and plan counters CSV text; `file` names it in errors.
 pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
-    let err = |line: u64, message: String| Error::Counters {
-        file: file.to_string(),
-        line,
-        message,
-    };
-    let records = go_csv_records(text).map_err(|e| err(e.line, e.why.to_string()))?;
+    let records =
+        go_csv_records(text).map_err(|e| counters_error(file, e.line, e.why.to_string()))?;
     let mut plan = ExportPlan::default();
     let mut warnings = Vec::new();
     let mut first_seen: HashMap<&str, u64> = HashMap::new();
     for (line, fields) in records {
-        let cols: Vec<&str> = fields.iter().map(|c| c.trim_matches(' ')).collect();
-        if cols.len() != 3 {
-            return Err(err(
-                line,
-                format!(
-                    "malformed CSV record: expected 3 fields (field, type, help), found {}",
-                    cols.len()
-                ),
-            ));
-        }
-        let (name, ty, help) = (cols[0], cols[1], cols[2]);
-        let declared = match ty {
-            "gauge" => DeclaredType::Gauge,
-            "counter" => DeclaredType::Counter,
-            "histogram" => DeclaredType::Histogram,
-            "summary" => DeclaredType::Summary,
-            "label" => DeclaredType::Label,
-            other => {
-                return Err(err(
-                    line,
-                    format!(
-                        "unknown Prometheus type {other:?} for {name}: expected gauge, counter, histogram, summary or label"
-                    ),
-                ));
-            }
-        };
+        let row = parse_row(file, line, &fields)?;
+        let name = row.name;
         if !catalog::is_known_dcgm_name(name) {
             return Err(Error::CountersUnknownField {
                 file: file.to_string(),
@@ -285,93 +257,7 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
                 v.insert(line);
             }
         }
-        match (def.source, declared) {
-            (FieldSource::Label(l), DeclaredType::Label) => plan.labels.push((served, l)),
-            (FieldSource::Label(l), _) => {
-                warnings.push(PlanWarning {
-                    line,
-                    message: format!(
-                        "{name} is a string; exported as a label, not as a {ty} value"
-                    ),
-                    notice: false,
-                });
-                plan.labels.push((served, l));
-            }
-            (_, DeclaredType::Label) => warnings.push(PlanWarning {
-                line,
-                message: format!("{name} is numeric and cannot be a label; skipped"),
-                notice: false,
-            }),
-            (FieldSource::LastXid, _) => plan.metrics.push(MetricField {
-                name: served,
-                help: help.to_string(),
-                metric_type: MetricType::Gauge,
-                kind: MetricKind::LastXid,
-            }),
-            (FieldSource::Exporter(x), declared) => {
-                // dcgm-exporter declares these `counter`, but windowed counts fall as
-                // the window slides and the health status is an enum.
-                if declared != DeclaredType::Gauge {
-                    warnings.push(PlanWarning {
-                        line,
-                        message: format!(
-                            "{name} is declared {ty} but can go down; exported as gauge"
-                        ),
-                        notice: true,
-                    });
-                }
-                plan.metrics.push(MetricField {
-                    name: served,
-                    help: help.to_string(),
-                    metric_type: MetricType::Gauge,
-                    kind: MetricKind::Exporter(x),
-                });
-            }
-            (
-                FieldSource::Value {
-                    quantity,
-                    convert,
-                    scope,
-                    nature,
-                },
-                declared,
-            ) => {
-                let metric_type = match (declared, nature) {
-                    (DeclaredType::Counter, Nature::Counter) => MetricType::Counter,
-                    (DeclaredType::Counter, Nature::Gauge) => {
-                        warnings.push(PlanWarning {
-                            line,
-                            message: format!(
-                                "{name} is declared counter but can go down; exported as gauge"
-                            ),
-                            notice: true,
-                        });
-                        MetricType::Gauge
-                    }
-                    (DeclaredType::Histogram | DeclaredType::Summary, _) => {
-                        warnings.push(PlanWarning {
-                            line,
-                            message: format!(
-                                "{name} is a single value, not a {ty}; exported as gauge"
-                            ),
-                            notice: false,
-                        });
-                        MetricType::Gauge
-                    }
-                    _ => MetricType::Gauge,
-                };
-                plan.metrics.push(MetricField {
-                    name: served,
-                    help: help.to_string(),
-                    metric_type,
-                    kind: MetricKind::Value {
-                        quantity,
-                        convert,
-                        scope,
-                    },
-                });
-            }
-        }
+        place_row(&row, served, def.source, &mut plan, &mut warnings);
     }
     if plan.metrics.is_empty() {
         return Err(Error::CountersEmpty {
@@ -380,6 +266,165 @@ pub fn plan(text: &str, file: &str) -> Result<(ExportPlan, Vec<PlanWarning>)> {
     }
     plan.labels.sort_by(|a, b| a.0.cmp(b.0));
     Ok((plan, warnings))
+}
+
+/// A malformed line of the counters CSV `file`.
+fn counters_error(file: &str, line: u64, message: String) -> Error {
+    Error::Counters {
+        file: file.to_string(),
+        line,
+        message,
+    }
+}
+
+/// One counters CSV row: its columns, trimmed, and its declared type.
+#[derive(Clone, Copy)]
+struct Row<'a> {
+    line: u64,
+    name: &'a str,
+    ty: &'a str,
+    help: &'a str,
+    declared: DeclaredType,
+}
+
+/// Check a record has the three columns `field, type, help` and a known type.
+fn parse_row<'a>(file: &str, line: u64, fields: &'a [String]) -> Result<Row<'a>> {
+    let cols: Vec<&str> = fields.iter().map(|c| c.trim_matches(' ')).collect();
+    if cols.len() != 3 {
+        return Err(counters_error(
+            file,
+            line,
+            format!(
+                "malformed CSV record: expected 3 fields (field, type, help), found {}",
+                cols.len()
+            ),
+        ));
+    }
+    let (name, ty, help) = (cols[0], cols[1], cols[2]);
+    let declared = match ty {
+        "gauge" => DeclaredType::Gauge,
+        "counter" => DeclaredType::Counter,
+        "histogram" => DeclaredType::Histogram,
+        "summary" => DeclaredType::Summary,
+        "label" => DeclaredType::Label,
+        other => {
+            return Err(counters_error(
+                file,
+                line,
+                format!(
+                    "unknown Prometheus type {other:?} for {name}: expected gauge, counter, histogram, summary or label"
+                ),
+            ));
+        }
+    };
+    Ok(Row {
+        line,
+        name,
+        ty,
+        help,
+        declared,
+    })
+}
+
+/// Add a row's field to the plan as a label or a metric family, as its source allows,
+/// warning where that differs from the type the row declares.
+fn place_row(
+    row: &Row<'_>,
+    served: &'static str,
+    source: FieldSource,
+    plan: &mut ExportPlan,
+    warnings: &mut Vec<PlanWarning>,
+) {
+    let Row {
+        line,
+        name,
+        ty,
+        help,
+        declared,
+    } = *row;
+    match (source, declared) {
+        (FieldSource::Label(l), DeclaredType::Label) => plan.labels.push((served, l)),
+        (FieldSource::Label(l), _) => {
+            warnings.push(PlanWarning {
+                line,
+                message: format!("{name} is a string; exported as a label, not as a {ty} value"),
+                notice: false,
+            });
+            plan.labels.push((served, l));
+        }
+        (_, DeclaredType::Label) => warnings.push(PlanWarning {
+            line,
+            message: format!("{name} is numeric and cannot be a label; skipped"),
+            notice: false,
+        }),
+        (FieldSource::LastXid, _) => plan.metrics.push(MetricField {
+            name: served,
+            help: help.to_string(),
+            metric_type: MetricType::Gauge,
+            kind: MetricKind::LastXid,
+        }),
+        (FieldSource::Exporter(x), declared) => {
+            // dcgm-exporter declares these `counter`, but windowed counts fall as
+            // the window slides and the health status is an enum.
+            if declared != DeclaredType::Gauge {
+                warnings.push(PlanWarning {
+                    line,
+                    message: format!("{name} is declared {ty} but can go down; exported as gauge"),
+                    notice: true,
+                });
+            }
+            plan.metrics.push(MetricField {
+                name: served,
+                help: help.to_string(),
+                metric_type: MetricType::Gauge,
+                kind: MetricKind::Exporter(x),
+            });
+        }
+        (
+            FieldSource::Value {
+                quantity,
+                convert,
+                scope,
+                nature,
+            },
+            _,
+        ) => plan.metrics.push(MetricField {
+            name: served,
+            help: help.to_string(),
+            metric_type: value_metric_type(row, nature, warnings),
+            kind: MetricKind::Value {
+                quantity,
+                convert,
+                scope,
+            },
+        }),
+    }
+}
+
+/// The TYPE a value field is exported with: `counter` only where the row declares it
+/// and the quantity never goes down; otherwise gauge, with a warning where that differs.
+fn value_metric_type(row: &Row<'_>, nature: Nature, warnings: &mut Vec<PlanWarning>) -> MetricType {
+    let (line, name, ty) = (row.line, row.name, row.ty);
+    match (row.declared, nature) {
+        (DeclaredType::Counter, Nature::Counter) => MetricType::Counter,
+        (DeclaredType::Counter, Nature::Gauge) => {
+            warnings.push(PlanWarning {
+                line,
+                message: format!("{name} is declared counter but can go down; exported as gauge"),
+                notice: true,
+            });
+            MetricType::Gauge
+        }
+        (DeclaredType::Histogram | DeclaredType::Summary, _) => {
+            warnings.push(PlanWarning {
+                line,
+                message: format!("{name} is a single value, not a {ty}; exported as gauge"),
+                notice: false,
+            });
+            MetricType::Gauge
+        }
+        _ => MetricType::Gauge,
+    }
 }
 
 #[cfg(test)]
