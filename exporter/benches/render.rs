@@ -61,6 +61,17 @@ fn naive_render(snap: &Snapshot, out: &mut Vec<u8>) {
                 None => {}
             }
         }
+        for (l, link) in snap.links.iter().enumerate() {
+            match snap.link_value(l, m) {
+                Some(Value::Int(v)) => {
+                    let _ = writeln!(out, "{}{{{}}} {}", field.name, link.labels, v);
+                }
+                Some(Value::Float(v)) => {
+                    let _ = writeln!(out, "{}{{{}}} {:.6}", field.name, link.labels, v);
+                }
+                None => {}
+            }
+        }
     }
     for e in snap.entities.iter().filter(|e| e.is_gpu) {
         let _ = writeln!(
