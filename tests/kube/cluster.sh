@@ -36,6 +36,14 @@
 # localhost:GRPC_PORT (the serving certificate, from generate-certs.sh, gets the extra SAN
 # DNS:localhost): `kubectl apply -k DIR/examples/keda-external`.
 #
+# With ADAPTER_REPLICAS=2 (or 3; kustomize, without KEDA), the adapter runs as the
+# Deployment's replicas do in a cluster: kwok plays the Deployment's pods, each pod's IP
+# is added to the loopback interface (this needs CAP_NET_ADMIN), and one adapter process
+# serves on each pod's IP; the aggregator routes to the Service's endpoints
+# (--enable-aggregator-routing), which the real EndpointSlice controller keeps from the
+# pods' readiness. `cluster.sh adapter DIR POD` starts the process of a new pod (what a
+# kubelet would do for a replacement replica); `down` removes the addresses it added.
+#
 # Every GPU's utilisation follows DIR/dial (`*=PERCENT`, or `INDEX=PERCENT` lines; see
 # gpu-sim's dial): write it to make the HPA scale. DIR gets kubeconfig (admin), logs/,
 # env (ports and paths, sourceable) and pids/. Ports are free ones.
@@ -47,10 +55,10 @@ bin=${KUBE_BIN_DIR:-$root/target/kube/bin}
 rust=${RUST_BIN_DIR:-$root/target/debug}
 
 usage() {
-    echo "usage: $0 up DIR | down DIR" >&2
+    echo "usage: $0 up DIR | down DIR | adapter DIR POD" >&2
     exit 2
 }
-[ $# -eq 2 ] || usage
+[ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$1" = adapter ]; } || usage
 cmd=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 
@@ -79,13 +87,20 @@ down() {
             sleep 0.1
         done
     done
+    # The pod IPs `up` added to the loopback interface (ADAPTER_REPLICAS > 1).
+    if [ -f "$dir/lo-addresses" ]; then
+        while read -r ip; do
+            ip addr del "$ip/32" dev lo 2>/dev/null || true
+        done <"$dir/lo-addresses"
+        rm -f "$dir/lo-addresses"
+    fi
 }
 
 if [ "$cmd" = down ]; then
     down
     exit 0
 fi
-[ "$cmd" = up ] || usage
+[ "$cmd" = up ] || [ "$cmd" = adapter ] || usage
 
 # --- helpers -------------------------------------------------------------------------
 
@@ -136,7 +151,40 @@ case "$deploy_with" in
 kustomize | helm) ;;
 *) fail "DEPLOY_WITH=$deploy_with: kustomize or helm" ;;
 esac
+adapter_replicas=${ADAPTER_REPLICAS:-1}
+case "$adapter_replicas" in
+1 | 2 | 3) ;;
+*) fail "ADAPTER_REPLICAS=$adapter_replicas: 1, 2 or 3" ;;
+esac
+# Replicas behind the Service's endpoints need the aggregator to route to endpoints,
+# which it cannot do for KEDA's ExternalName Services here; and the Helm path keeps
+# its own Service plumbing.
+if [ "$adapter_replicas" != 1 ] && { [ "$with_keda" = 1 ] || [ "$deploy_with" = helm ]; }; then
+    fail "ADAPTER_REPLICAS=$adapter_replicas runs with DEPLOY_WITH=kustomize and without WITH_KEDA"
+fi
 
+# adapter_pod POD: the adapter process of the Deployment's pod POD, serving on the pod's
+# IP (added to the loopback interface), as a kubelet starts a replica's container.
+adapter_pod() {
+    local pod=$1 ip
+    ip=$(kubectl -n gpu-monitoring get pod "$pod" -o jsonpath='{.status.podIP}')
+    [ -n "$ip" ] || fail "pod $pod has no IP"
+    if ! ip -o addr show dev lo | grep -qF " $ip/32 "; then
+        ip addr add "$ip/32" dev lo ||
+            fail "cannot add $ip to the loopback interface (ADAPTER_REPLICAS > 1 needs CAP_NET_ADMIN)"
+        echo "$ip" >>"$dir/lo-addresses"
+    fi
+    bash "$dir/run-adapter.sh" "$ip" "gpu-metrics-adapter-$pod"
+    # The readiness probe: Ready once /readyz answers (a source answers).
+    wait_for "the adapter of pod $pod" 60 curl -fsk "https://$ip:$adapter_port/readyz"
+    kubectl -n gpu-monitoring patch pod "$pod" --subresource=status --type=strategic -p \
+        '{"status":{"conditions":[{"type":"Ready","status":"True"},{"type":"ContainersReady","status":"True"}]}}' >/dev/null
+}
+if [ "$cmd" = adapter ]; then
+    adapter_port=$(sed -n 's/^ADAPTER_PORT=//p' "$dir/env")
+    adapter_pod "$3"
+    exit 0
+fi
 # --- binaries ----------------------------------------------------------------------
 
 modules=(kubernetes etcd kwok helm)
@@ -245,7 +293,8 @@ start kube-apiserver "$bin/kube-apiserver" \
     --requestheader-uid-headers X-Remote-Uid \
     --proxy-client-cert-file "$pki/front-proxy-client.crt" \
     --proxy-client-key-file "$pki/front-proxy-client.key" \
-    --allow-privileged=true --profiling=false
+    --allow-privileged=true --profiling=false \
+    --enable-aggregator-routing="$([ "$adapter_replicas" = 1 ] && echo false || echo true)"
 
 # kubeconfig NAME USER: a kubeconfig for a client certificate.
 kubeconfig() {
@@ -294,16 +343,43 @@ kwok_port=$(free_port)
 # kwok's own "fast" stages (nodes Ready at once, leases renewed; pods Running and Ready
 # once bound, completed and deleted as a kubelet would), from its pinned module.
 stages=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+pod_ready=("$stages/pod/fast/pod-ready.yaml")
+if [ "$adapter_replicas" != 1 ]; then
+    # The adapter's pods are Running with an IP but not Ready until their process
+    # answers /readyz (adapter_pod plays the readiness probe); every other pod as before.
+    pod_ready=("$dir/kwok/pod-ready.yaml" "$dir/kwok/adapter-pod-started.yaml")
+    mkdir -p "$dir/kwok"
+    python3 - "$stages/pod/fast/pod-ready.yaml" "$dir/kwok" <<'PY'
+import sys
+src, out = sys.argv[1], sys.argv[2]
+stage = open(src).read()
+select = "    matchExpressions:\n"
+assert select in stage and "  name: pod-ready\n" in stage
+def only(op):
+    return select + ("    - key: '.metadata.labels.\"app.kubernetes.io/name\"'\n"
+                     f"      operator: '{op}'\n      values:\n      - 'gpu-metrics-adapter'\n")
+open(f"{out}/pod-ready.yaml", "w").write(stage.replace(select, only("NotIn")))
+started = stage.replace(select, only("In")).replace("  name: pod-ready\n", "  name: adapter-pod-started\n")
+for kind in ("Ready", "ContainersReady"):
+    ready = f'        status: "True"\n        type: {kind}\n'
+    assert ready in started, kind
+    started = started.replace(ready, ready.replace('"True"', '"False"'))
+started = started.replace("        ready: true\n        restartCount: 0\n        state:\n          running:",
+                          "        ready: false\n        restartCount: 0\n        state:\n          running:", 1)
+open(f"{out}/adapter-pod-started.yaml", "w").write(started)
+PY
+fi
 start kwok "$bin/kwok" --kubeconfig "$dir/kubeconfig" \
     --config "$stages/node/fast/node-initialize.yaml" \
     --config "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
-    --config "$stages/pod/fast/pod-ready.yaml" \
+    "${pod_ready[@]/#/--config=}" \
     --config "$stages/pod/fast/pod-complete.yaml" \
     --config "$stages/pod/fast/pod-delete.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --server-address "127.0.0.1:$kwok_port" \
-    --node-ip 127.0.0.1 --node-lease-duration-seconds 40
+    --node-ip 127.0.0.1 --node-lease-duration-seconds 40 \
+    --cidr "$([ "$adapter_replicas" = 1 ] && echo 10.0.0.1/24 || echo 10.254.0.1/24)"
 wait_for "the default ServiceAccount" 60 kubectl -n default get serviceaccount default
 
 # --- GPU nodes ---------------------------------------------------------------------
@@ -357,6 +433,21 @@ sed -e "s|\.\./\.\./|$deploy_rel/|g" -e "$without_external" \
 # What differs from a cluster with real nodes: the adapter and the exporters run as
 # processes on this machine, so the adapter's Service is an ExternalName to localhost on
 # the adapter's port (which the APIServices name). Both install paths get that patch.
+if [ "$adapter_replicas" != 1 ]; then
+    # Replicas: the Service as deploy/ has it (its selector finds the pods kwok plays),
+    # the pods' ports free ones on this machine.
+    plumbing=$(cat <<EOF
+  - target: {kind: Deployment, name: gpu-metrics-adapter}
+    patch: |
+      - op: replace
+        path: /spec/template/spec/containers/0/ports
+        value:
+          - {name: https, containerPort: $adapter_port, protocol: TCP}
+          - {name: grpc, containerPort: $adapter_grpc, protocol: TCP}
+      - {op: replace, path: /spec/replicas, value: $adapter_replicas}
+EOF
+)
+else
 plumbing=$(cat <<EOF
   - target: {kind: Service, name: gpu-metrics-adapter}
     patch: |
@@ -373,8 +464,14 @@ plumbing=$(cat <<EOF
       - op: replace
         path: /spec/service/port
         value: $adapter_port
+  - target: {kind: Deployment, name: gpu-metrics-adapter}
+    patch: |
+      - op: replace
+        path: /spec/replicas
+        value: 0
 EOF
 )
+fi
 certs=$overlay/static-certs/certs
 case "$deploy_with" in
 kustomize)
@@ -388,11 +485,6 @@ resources:
   - static-certs
 patches:
 $plumbing
-  - target: {kind: Deployment, name: gpu-metrics-adapter}
-    patch: |
-      - op: replace
-        path: /spec/replicas
-        value: 0
   - target: {kind: DaemonSet, name: gpu-exporter}
     patch: |
       \$patch: delete
@@ -525,11 +617,32 @@ if [ -n "${ADAPTER_ARGS:-}" ]; then
     read -r -a extra_adapter_args <<<"$ADAPTER_ARGS"
     adapter_args+=("${extra_adapter_args[@]}")
 fi
-start gpu-metrics-adapter "$rust/gpu-metrics-adapter" \
-    --bind-address 127.0.0.1 --secure-port "$adapter_port" --grpc-port "$adapter_grpc" \
-    --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \
-    --grpc-client-ca-file "$certs/ca.crt" \
-    --kubeconfig "$dir/adapter.kubeconfig" "${adapter_args[@]}"
+# DIR/run-adapter.sh ADDRESS NAME: one adapter process on ADDRESS, pid in pids/NAME.
+{
+    echo 'set -eu'
+    printf 'setsid %q --bind-address "$1" ' "$rust/gpu-metrics-adapter"
+    printf '%q ' --secure-port "$adapter_port" --grpc-port "$adapter_grpc" \
+        --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \
+        --grpc-client-ca-file "$certs/ca.crt" \
+        --kubeconfig "$dir/adapter.kubeconfig" "${adapter_args[@]}"
+    printf '>%q/logs/"$2".log 2>&1 </dev/null &\n' "$dir"
+    printf 'echo $! >%q/pids/"$2"\n' "$dir"
+} >"$dir/run-adapter.sh"
+if [ "$adapter_replicas" = 1 ]; then
+    bash "$dir/run-adapter.sh" 127.0.0.1 gpu-metrics-adapter
+else
+    pods_have_ips() {
+        local n
+        n=$(kubectl -n gpu-monitoring get pods -l app.kubernetes.io/name=gpu-metrics-adapter \
+            -o jsonpath='{range .items[*]}{.status.podIP}{"\n"}{end}' | grep -c .)
+        [ "$n" -ge "$adapter_replicas" ]
+    }
+    wait_for "the adapter's $adapter_replicas pods" 120 pods_have_ips
+    for pod in $(kubectl -n gpu-monitoring get pods -l app.kubernetes.io/name=gpu-metrics-adapter \
+        -o jsonpath='{.items[*].metadata.name}'); do
+        adapter_pod "$pod"
+    done
+fi
 
 # --- KEDA (WITH_KEDA=1) -------------------------------------------------------------
 
@@ -660,6 +773,7 @@ API_SERVER=$server
 ADAPTER_PORT=$adapter_port
 ADAPTER_GRPC_PORT=$adapter_grpc
 ADAPTER_CA=$certs/ca.crt
+ADAPTER_REPLICAS=$adapter_replicas
 EXPORTER_URLS="${exporter_urls[*]}"
 DIAL=$dial
 DEPLOY_WITH=$deploy_with

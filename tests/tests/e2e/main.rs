@@ -14,6 +14,7 @@ mod attribution;
 mod cadence;
 mod cluster;
 mod cluster_composite;
+mod cluster_ha;
 mod counters_reload;
 mod dashboards;
 mod dcgm_dropin;
