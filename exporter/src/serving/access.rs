@@ -413,10 +413,10 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     let policy = guard.policy.load_full();
     let open = UNAUTHENTICATED_PATHS.contains(&request.uri().path());
     let mut response = if !open && !policy.allow_rate(Instant::now()) {
-        text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
+        plain_text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
     } else if !policy.san_allowed(request.extensions().get::<PeerCertificates>()) {
         tracing::debug!("client certificate has none of the allowed SANs");
-        text(
+        plain_text(
             StatusCode::FORBIDDEN,
             "Forbidden: the client certificate has none of the allowed SANs\n",
         )
@@ -455,7 +455,7 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
                 too_many_requests(wait)
             }
             Verdict::Denied => {
-                let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                let mut r = plain_text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
                 r.headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
                 r
@@ -474,14 +474,16 @@ async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
 
 /// 429 with `Retry-After` in whole seconds (at least 1).
 fn too_many_requests(wait: Duration) -> Response {
-    let mut r = text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+    let mut r = plain_text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
     let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
     r
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response {
+/// A plain-text answer (`nosniff`: never read as anything else), shared by every
+/// answer of the listener that is not an exposition.
+pub(super) fn plain_text(status: StatusCode, body: impl IntoResponse) -> Response {
     (
         status,
         [

@@ -573,21 +573,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
             format!("not healthy: {why}\n"),
         ),
     };
-    (
-        status,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            ),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
-        ],
-        body,
-    )
-        .into_response()
+    super::access::plain_text(status, body)
 }
 
 async fn index() -> Html<&'static str> {
