@@ -29,21 +29,11 @@ pub mod source;
 #[doc(hidden)]
 pub mod fuzzing {
     use crate::error::Error;
-    use crate::fleet::Fleet;
     use std::time::Duration;
 
-    /// One Prometheus round whose queries got `bodies`, in order (one per query of
-    /// `source::prometheus::pushdown::queries`; missing ones answer nothing); the fleet
-    /// it gives as of `now_unix`, within `max_series` samples and `max_pods` pods.
-    pub fn prometheus_round(
-        bodies: &[&[u8]],
-        now_unix: f64,
-        staleness: Duration,
-        max_series: usize,
-        max_pods: usize,
-    ) -> Result<Fleet, Error> {
-        crate::source::prometheus::decode_round(bodies, now_unix, staleness, max_series, max_pods)
-    }
+    /// One Prometheus round whose queries got `bodies`, in order (missing ones answer
+    /// nothing): the fleet it gives.
+    pub use crate::source::prometheus::decode_round as prometheus_round;
 
     /// A `promql:` signal's reading of an instant-query answer `body`.
     pub fn signal_value(body: &[u8]) -> Result<f64, Error> {

@@ -200,7 +200,7 @@ async fn round(
 /// A round's answers, given as bodies (one per query of [`pushdown::queries`], in
 /// order; missing ones answer no sample), decoded and assembled as a round does (for
 /// the fuzz target).
-pub(crate) fn decode_round(
+pub fn decode_round(
     bodies: &[&[u8]],
     now_unix: f64,
     staleness: Duration,
