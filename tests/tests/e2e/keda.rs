@@ -487,17 +487,29 @@ fn the_metrics_api_trigger_drives_kedas_hpa(c: &Cluster) {
     let name = "resnet-inference-metrics-api";
     apply_example(c, "keda-metrics-api");
     quicken(c, name, 300);
+    // Active alone does not say KEDA reads the adapter: while every read fails, KEDA
+    // serves the fallback (2 replicas, Active). Its health record says whether the
+    // reads succeed.
+    let reads_succeed = || {
+        let so = c.json(&["scaledobject", "-n", NS, name]);
+        let health = so["status"]["health"].as_object()?;
+        (!health.is_empty() && health.values().all(|h| h["status"] == "Happy")).then_some(())
+    };
     c.wait(
-        "the ScaledObject Ready and Active",
+        "the ScaledObject Ready and Active, KEDA's reads succeeding",
         Duration::from_secs(120),
         || {
-            (condition(c, name, "Ready")? == "True" && condition(c, name, "Active")? == "True")
-                .then_some(())
+            (condition(c, name, "Ready")? == "True"
+                && condition(c, name, "Active")? == "True"
+                && condition(c, name, "Fallback")? == "False")
+                .then_some(())?;
+            reads_succeed()
         },
     );
     let hpa_name = format!("keda-hpa-{name}");
     let formula = |current, values: &[i64]| hpa::average_value(current, values, TARGET_MILLI);
     let start = settle(c, &hpa_name, 70);
+    assert!(reads_succeed().is_some(), "KEDA's reads fail");
 
     // The request KEDA makes (the example's url as rendered for this cluster), with the
     // certificate and CA of the Secret its TriggerAuthentication names.
@@ -541,6 +553,6 @@ fn the_metrics_api_trigger_drives_kedas_hpa(c: &Cluster) {
 
     let (_, up, latency) = step(c, &hpa_name, 70, 100, formula);
     assert!(up > start, "scaled up: {start} → {up}");
-    eprintln!("timing keda-metrics-api scale-up: {latency:.2} s");
+    eprintln!("timing keda-metrics-api scale-up ({start} → {up} replicas): {latency:.2} s");
     c.ok(&["delete", "scaledobject", "-n", NS, name]);
 }
