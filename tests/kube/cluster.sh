@@ -30,11 +30,14 @@
 # rotation is off). The adapter is installed without its external-metrics APIService
 # (KEDA owns it; kustomize: static-certs without components/external-metrics, Helm:
 # externalMetrics.enabled=false). Its gRPC port requires KEDA's client certificate, whose
-# Secret is made in namespace inference as deploy/examples/keda-external says. DIR/examples
-# holds deploy/examples/keda-* with the one change a cluster without cluster DNS needs:
-# the scalerAddress gpu-metrics-adapter.gpu-monitoring.svc:9090 becomes
-# localhost:GRPC_PORT (the serving certificate, from generate-certs.sh, gets the extra SAN
-# DNS:localhost): `kubectl apply -k DIR/examples/keda-external`.
+# Secret is made in namespace inference as deploy/examples/keda-external says; so is the
+# client certificate of KEDA's metrics-api trigger (a CertificateSigningRequest, signed by
+# the cluster's client CA), as deploy/examples/keda-metrics-api says. DIR/examples holds
+# deploy/examples/keda-* with the one change a cluster without cluster DNS needs: the
+# adapter's addresses gpu-metrics-adapter.gpu-monitoring.svc:9090 (scalerAddress) and
+# :443 (the metrics-api url) become localhost:GRPC_PORT and localhost:ADAPTER_PORT (the
+# serving certificate, from generate-certs.sh, gets the extra SAN DNS:localhost):
+# `kubectl apply -k DIR/examples/keda-external`.
 #
 # With ADAPTER_REPLICAS=2 (or 3; kustomize, without KEDA), the adapter runs as the
 # Deployment's replicas do in a cluster: kwok plays the Deployment's pods, each pod's IP
@@ -735,12 +738,42 @@ EOF
     kubectl -n inference create secret generic gpu-metrics-adapter-keda-client \
         --from-file=ca.crt="$certs/ca.crt" --from-file=tls.crt="$certs/keda-client.crt" \
         --from-file=tls.key="$certs/keda-client.key" >/dev/null
-    # deploy/examples/keda-*, with the scaler address this cluster has.
+    # KEDA's client certificate for the adapter's metrics-api face, as
+    # deploy/examples/keda-metrics-api has a user get it: a CertificateSigningRequest for
+    # signer kubernetes.io/kube-apiserver-client (the controller-manager signs with the
+    # cluster's CA, the kube-apiserver's --client-ca-file, which the adapter trusts from
+    # kube-system/extension-apiserver-authentication), approved; CN = the user its
+    # ClusterRoleBinding names.
+    if [ ! -s "$pki/keda-metrics-api.crt" ]; then
+        (umask 077 && openssl ecparam -name prime256v1 -genkey -noout -out "$pki/keda-metrics-api.key")
+        openssl req -new -key "$pki/keda-metrics-api.key" -subj /CN=keda-metrics-api \
+            -out "$pki/keda-metrics-api.csr"
+        kubectl apply -f - >/dev/null <<EOF
+apiVersion: certificates.k8s.io/v1
+kind: CertificateSigningRequest
+metadata: {name: keda-metrics-api}
+spec:
+  request: $(base64 -w0 "$pki/keda-metrics-api.csr")
+  signerName: kubernetes.io/kube-apiserver-client
+  usages: [digital signature, client auth]
+EOF
+        kubectl certificate approve keda-metrics-api >/dev/null
+        issued() { [ -n "$(kubectl get csr keda-metrics-api -o jsonpath='{.status.certificate}')" ]; }
+        wait_for "the signed keda-metrics-api certificate" 60 issued
+        kubectl get csr keda-metrics-api -o jsonpath='{.status.certificate}' | base64 -d \
+            >"$pki/keda-metrics-api.crt"
+        rm -f "$pki/keda-metrics-api.csr"
+    fi
+    kubectl -n inference create secret generic gpu-metrics-adapter-metrics-api-client \
+        --from-file=ca.crt="$certs/ca.crt" --from-file=tls.crt="$pki/keda-metrics-api.crt" \
+        --from-file=tls.key="$pki/keda-metrics-api.key" >/dev/null
+    # deploy/examples/keda-*, with the adapter's addresses this cluster has.
     for example in "$root"/deploy/examples/keda-*; do
         name=$(basename "$example")
         mkdir -p "$dir/examples/$name"
         kubectl kustomize "$example" |
-            sed "s|gpu-metrics-adapter\.gpu-monitoring\.svc:9090|localhost:$adapter_grpc|" \
+            sed -e "s|gpu-metrics-adapter\.gpu-monitoring\.svc:9090|localhost:$adapter_grpc|" \
+                -e "s|gpu-metrics-adapter\.gpu-monitoring\.svc:443/|localhost:$adapter_port/|" \
                 >"$dir/examples/$name/rendered.yaml"
         echo "resources: [rendered.yaml]" >"$dir/examples/$name/kustomization.yaml"
     done

@@ -8,7 +8,10 @@
 
 use crate::adapter_composite::FakeGateway;
 use crate::cluster::{settle, step};
+use base64::Engine;
 use e2e_tests::cluster::Cluster;
+use e2e_tests::https::HttpsClient;
+use e2e_tests::pki::Leaf;
 use e2e_tests::quantity::milli_value;
 use e2e_tests::{Prometheus, hpa, try_wait_for, workspace};
 use serde_json::Value;
@@ -111,6 +114,7 @@ fn keda_scales_the_examples_through_the_adapter() {
     fallback_holds_the_replicas_while_the_adapter_has_no_data(&c);
     external_push_wakes_from_zero_and_cools_down_to_zero(&c, &gateway);
     the_prometheus_trigger_follows_the_dial(&c);
+    the_metrics_api_trigger_drives_kedas_hpa(&c);
 }
 
 /// KEDA's metrics server serves external.metrics.k8s.io, registered as KEDA registers
@@ -418,5 +422,137 @@ fn the_prometheus_trigger_follows_the_dial(c: &Cluster) {
     let (_, up, latency) = step(c, &hpa_name, 70, 100, formula);
     assert!(up > start, "scaled up: {start} → {up}");
     eprintln!("timing keda-prometheus scale-up: {latency:.2} s");
+    c.ok(&["delete", "scaledobject", "-n", NS, name]);
+}
+
+/// A Secret's key, decoded.
+fn secret_key(c: &Cluster, secret: &str, key: &str) -> String {
+    let s = c.json(&["secret", "-n", NS, secret]);
+    let data = s["data"][key].as_str().expect("the Secret's key");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .expect("base64");
+    String::from_utf8(bytes).expect("PEM")
+}
+
+/// A client certificate for user `cn`, as deploy/examples/keda-metrics-api has a user
+/// get one: a CertificateSigningRequest for kubernetes.io/kube-apiserver-client,
+/// approved, signed by the cluster's client CA.
+fn cluster_signed_client(c: &Cluster, cn: &str) -> Leaf {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let csr = params
+        .serialize_request(&key)
+        .expect("CSR")
+        .pem()
+        .expect("PEM");
+    let object = serde_json::json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": cn},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(csr),
+            "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["digital signature", "client auth"]
+        }
+    });
+    let file = c.dir().join(format!("csr-{cn}.json"));
+    std::fs::write(&file, object.to_string()).expect("write");
+    c.ok(&["apply", "-f", file.to_str().expect("path")]);
+    c.ok(&["certificate", "approve", cn]);
+    let cert = c.wait("the CSR signed", Duration::from_secs(60), || {
+        let issued = c.json(&["csr", cn])["status"]["certificate"]
+            .as_str()
+            .map(str::to_string)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(issued)
+            .ok()
+    });
+    Leaf {
+        cert_pem: String::from_utf8(cert).expect("PEM"),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+/// deploy/examples/keda-metrics-api: KEDA's metrics-api trigger on the adapter's HTTPS
+/// metrics-api face, KEDA presenting the client certificate the cluster signed (cluster.sh
+/// asks for it as the example says), the example's ClusterRole letting that user in.
+/// The ScaledObject Ready and Active, the adapter answering KEDA's request with the sum
+/// over the Deployment's pods, KEDA's HPA deciding what the HPA formula gives on it. The
+/// same face refuses (403) a user from the same CA that the example does not bind, no
+/// certificate at all, and KEDA's user outside the namespace its ClusterRole names.
+fn the_metrics_api_trigger_drives_kedas_hpa(c: &Cluster) {
+    let name = "resnet-inference-metrics-api";
+    apply_example(c, "keda-metrics-api");
+    quicken(c, name, 300);
+    // Active alone does not say KEDA reads the adapter: while every read fails, KEDA
+    // serves the fallback (2 replicas, Active). Its health record says whether the
+    // reads succeed.
+    let reads_succeed = || {
+        let so = c.json(&["scaledobject", "-n", NS, name]);
+        let health = so["status"]["health"].as_object()?;
+        (!health.is_empty() && health.values().all(|h| h["status"] == "Happy")).then_some(())
+    };
+    c.wait(
+        "the ScaledObject Ready and Active, KEDA's reads succeeding",
+        Duration::from_secs(120),
+        || {
+            (condition(c, name, "Ready")? == "True"
+                && condition(c, name, "Active")? == "True"
+                && condition(c, name, "Fallback")? == "False")
+                .then_some(())?;
+            reads_succeed()
+        },
+    );
+    let hpa_name = format!("keda-hpa-{name}");
+    let formula = |current, values: &[i64]| hpa::average_value(current, values, TARGET_MILLI);
+    let start = settle(c, &hpa_name, 70);
+    assert!(reads_succeed().is_some(), "KEDA's reads fail");
+
+    // The request KEDA makes (the example's url as rendered for this cluster), with the
+    // certificate and CA of the Secret its TriggerAuthentication names.
+    let so = c.json(&["scaledobject", "-n", NS, name]);
+    let url = so["spec"]["triggers"][0]["metadata"]["url"]
+        .as_str()
+        .expect("url")
+        .to_string();
+    let secret = "gpu-metrics-adapter-metrics-api-client";
+    let ca = secret_key(c, secret, "ca.crt");
+    let keda = Leaf {
+        cert_pem: secret_key(c, secret, "tls.crt"),
+        key_pem: secret_key(c, secret, "tls.key"),
+    };
+    let (status, body) = HttpsClient::new(&ca, Some(&keda))
+        .get(&url, &[])
+        .expect("the metrics-api face");
+    assert_eq!(status, 200, "{url}: {body}");
+    let answer: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        answer["value"].as_f64(),
+        Some(start as f64 * 70.0),
+        "{start} pods at 70 %: {answer}"
+    );
+    let refused = |client: &HttpsClient, url: &str, who: &str| {
+        let (status, body) = client.get(url, &[]).expect("the metrics-api face");
+        assert_eq!(status, 403, "{who} on {url}: {body}");
+    };
+    let stranger = cluster_signed_client(c, "not-bound-to-metrics-api");
+    refused(
+        &HttpsClient::new(&ca, Some(&stranger)),
+        &url,
+        "a user the example does not bind",
+    );
+    refused(&HttpsClient::new(&ca, None), &url, "no certificate");
+    refused(
+        &HttpsClient::new(&ca, Some(&keda)),
+        &url.replace("/namespaces/inference/", "/namespaces/kube-system/"),
+        "KEDA's user outside its namespace",
+    );
+
+    let (_, up, latency) = step(c, &hpa_name, 70, 100, formula);
+    assert!(up > start, "scaled up: {start} → {up}");
+    eprintln!("timing keda-metrics-api scale-up ({start} → {up} replicas): {latency:.2} s");
     c.ok(&["delete", "scaledobject", "-n", NS, name]);
 }

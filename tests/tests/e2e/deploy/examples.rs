@@ -105,6 +105,88 @@ fn examples_scale_the_inference_deployment_on_metrics_that_exist() {
         "the examples keep the same target"
     );
 
+    // KEDA metrics-api trigger, on the adapter Service's https port: the same pods, sum
+    // with AverageValue, TLS client-certificate auth, and RBAC that lets the
+    // certificate's user get the url's path.
+    let https_port = arr(adapter_svc, "/spec/ports")
+        .iter()
+        .find(|p| p["name"] == "https")
+        .and_then(|p| p["port"].as_i64())
+        .expect("https port on the adapter Service");
+    let objs = build("examples/keda-metrics-api");
+    let so = &all(&objs, "ScaledObject")[0];
+    check_inference(&deployment_of(&objs, &so["spec"]["scaleTargetRef"]));
+    let t = &arr(so, "/spec/triggers")[0];
+    assert_eq!(t["type"], "metrics-api");
+    let m = &t["metadata"];
+    let url = str_at(m, "/url");
+    let origin = format!(
+        "https://{}.{}.svc:{https_port}/",
+        name(adapter_svc),
+        namespace(adapter_svc)
+    );
+    let rest = url
+        .strip_prefix(&origin)
+        .unwrap_or_else(|| panic!("{url} is not on {origin}"));
+    let (path, query) = rest.split_once('?').expect("a query");
+    let path = format!("/{path}");
+    let segments: Vec<&str> = path.split('/').collect();
+    assert_eq!(
+        segments[..4],
+        ["", "metrics-api", "namespaces", namespace(so)],
+        "{path}"
+    );
+    assert!(
+        served.contains(&segments[4]),
+        "{} is not served",
+        segments[4]
+    );
+    let params: BTreeMap<&str, &str> = query
+        .split('&')
+        .map(|kv| kv.split_once('=').expect("key=value"))
+        .collect();
+    assert_eq!(params["deployment"], so["spec"]["scaleTargetRef"]["name"]);
+    let metric_type = t["metricType"].as_str().unwrap_or("AverageValue");
+    let aggregation = params.get("aggregation").copied().unwrap_or("sum");
+    assert!(
+        matches!(
+            (aggregation, metric_type),
+            ("sum", "AverageValue") | ("average", "Value")
+        ),
+        "aggregation {aggregation} with metricType {metric_type} divides wrongly"
+    );
+    assert_eq!(m["valueLocation"], "value");
+    assert_eq!(str_at(m, "/targetValue"), hpa_target, "the same target");
+    assert_eq!(m["authModes"], "tls");
+    assert!(m["unsafeSsl"].is_null(), "the adapter's CA verifies it");
+    let auth = find(
+        &objs,
+        "TriggerAuthentication",
+        str_at(t, "/authenticationRef/name"),
+    );
+    let params: BTreeSet<&str> = arr(auth, "/spec/secretTargetRef")
+        .iter()
+        .map(|r| str_at(r, "/parameter"))
+        .collect();
+    assert_eq!(params, BTreeSet::from(["ca", "cert", "key"]));
+    // Some ClusterRole bound to a User lets it `get` the path (RBAC's non-resource
+    // match: exact, or a prefix ending in `*`).
+    let allowed = all(&objs, "ClusterRoleBinding").iter().any(|b| {
+        let role = find(&objs, "ClusterRole", str_at(b, "/roleRef/name"));
+        arr(b, "/subjects").iter().any(|s| s["kind"] == "User")
+            && arr(role, "/rules").iter().any(|r| {
+                arr(r, "/verbs").iter().any(|v| v == "get")
+                    && arr(r, "/nonResourceURLs").iter().any(|u| {
+                        let u = u.as_str().unwrap_or_default();
+                        match u.strip_suffix('*') {
+                            Some(prefix) => path.starts_with(prefix),
+                            None => path == u,
+                        }
+                    })
+            })
+    });
+    assert!(allowed, "no ClusterRole lets a user get {path}");
+
     // KEDA prometheus trigger (its query is checked against Prometheus below).
     let objs = build("examples/keda-prometheus");
     let so = &all(&objs, "ScaledObject")[0];

@@ -3,10 +3,11 @@
 
 use super::*;
 
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 7] = [
     "inference",
     "hpa",
     "keda-external",
+    "keda-metrics-api",
     "keda-prometheus",
     "composite-hpa",
     "keda-scale-from-zero",
