@@ -467,11 +467,6 @@ plumbing=$(cat <<EOF
       - op: replace
         path: /spec/service/port
         value: $adapter_port
-  - target: {kind: Deployment, name: gpu-metrics-adapter}
-    patch: |
-      - op: replace
-        path: /spec/replicas
-        value: 0
 EOF
 )
 fi
@@ -479,8 +474,18 @@ certs=$overlay/static-certs/certs
 case "$deploy_with" in
 kustomize)
     # deploy/overlays/static-certs, with the plumbing; besides, the Deployment has no
-    # replicas and the DaemonSet is not created (kwok would play pods for them that do
-    # nothing), and there is no Prometheus Operator for the ServiceMonitors.
+    # replicas (unless they are what runs the adapter) and the DaemonSet is not created
+    # (kwok would play pods for them that do nothing), and there is no Prometheus
+    # Operator for the ServiceMonitors.
+    no_replicas=
+    [ "$adapter_replicas" != 1 ] || no_replicas=$(cat <<EOF
+  - target: {kind: Deployment, name: gpu-metrics-adapter}
+    patch: |
+      - op: replace
+        path: /spec/replicas
+        value: 0
+EOF
+)
     cat >"$overlay/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -488,6 +493,7 @@ resources:
   - static-certs
 patches:
 $plumbing
+$no_replicas
   - target: {kind: DaemonSet, name: gpu-exporter}
     patch: |
       \$patch: delete

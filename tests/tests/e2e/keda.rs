@@ -495,17 +495,21 @@ fn the_metrics_api_trigger_drives_kedas_hpa(c: &Cluster) {
         let health = so["status"]["health"].as_object()?;
         (!health.is_empty() && health.values().all(|h| h["status"] == "Happy")).then_some(())
     };
-    c.wait(
-        "the ScaledObject Ready and Active, KEDA's reads succeeding",
-        Duration::from_secs(120),
-        || {
-            (condition(c, name, "Ready")? == "True"
-                && condition(c, name, "Active")? == "True"
-                && condition(c, name, "Fallback")? == "False")
-                .then_some(())?;
-            reads_succeed()
-        },
-    );
+    e2e_tests::try_wait_for(Duration::from_secs(120), || {
+        // Fallback is `Unknown` until KEDA first decides on it, then `False`.
+        (condition(c, name, "Ready")? == "True"
+            && condition(c, name, "Active")? == "True"
+            && condition(c, name, "Fallback").as_deref() != Some("True"))
+            .then_some(())?;
+        reads_succeed()
+    })
+    .unwrap_or_else(|| {
+        let so = c.json(&["scaledobject", "-n", NS, name]);
+        panic!(
+            "the ScaledObject is not Ready and Active with KEDA's reads succeeding within 120 s: {}",
+            so["status"]
+        )
+    });
     let hpa_name = format!("keda-hpa-{name}");
     let formula = |current, values: &[i64]| hpa::average_value(current, values, TARGET_MILLI);
     let start = settle(c, &hpa_name, 70);
