@@ -32,7 +32,6 @@ fn fleet() -> Fleet {
         .map(|i| {
             let values = PodValues {
                 values: BTreeMap::from([(GpuMetric::ALL[0], 50.0)]),
-                devices: 1,
             };
             let observed = Observed {
                 values,

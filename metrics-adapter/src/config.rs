@@ -287,8 +287,8 @@ pub struct Cli {
     )]
     pub max_pods: usize,
 
-    /// Series one Prometheus query round may keep, samples and their timestamps
-    /// (a 10,000-GPU fleet's round is 120,000); past it, the round fails.
+    /// Samples one Prometheus query round may keep: one per pod and query, six
+    /// queries (16,000 pods: 96,000); past it, the round fails.
     #[arg(
         long,
         value_name = "N",

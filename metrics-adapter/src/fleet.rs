@@ -122,8 +122,6 @@ pub type PodKey = (String, String);
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodValues {
     pub values: BTreeMap<GpuMetric, f64>,
-    /// Devices (GPUs, MIG instances, shares) the pod holds on this node.
-    pub devices: u32,
 }
 
 /// What the exporters last said about one pod.

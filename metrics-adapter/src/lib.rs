@@ -30,26 +30,19 @@ pub mod source;
 pub mod fuzzing {
     use crate::error::Error;
     use crate::fleet::Fleet;
-    use crate::source::derive::FAMILIES;
-    use crate::source::prometheus::{FamilyAnswer, assemble};
     use std::time::Duration;
 
-    /// One Prometheus round in which family `FAMILIES[family % FAMILIES.len()]` got the
-    /// body `values` and its `timestamp()` query the body `stamps`, and every other
-    /// family nothing; the fleet it gives as of `now_unix`, within `max_series` series
-    /// and `max_pods` pods.
+    /// One Prometheus round whose queries got `bodies`, in order (one per query of
+    /// `source::prometheus::pushdown::queries`; missing ones answer nothing); the fleet
+    /// it gives as of `now_unix`, within `max_series` samples and `max_pods` pods.
     pub fn prometheus_round(
-        family: usize,
-        values: &[u8],
-        stamps: &[u8],
+        bodies: &[&[u8]],
         now_unix: f64,
         staleness: Duration,
         max_series: usize,
         max_pods: usize,
     ) -> Result<Fleet, Error> {
-        let family = FAMILIES[family % FAMILIES.len()];
-        let answer = FamilyAnswer::decode(values, stamps, max_series).map(|a| (family, a));
-        assemble(vec![answer], now_unix, staleness, max_pods)
+        crate::source::prometheus::decode_round(bodies, now_unix, staleness, max_series, max_pods)
     }
 
     /// A `promql:` signal's reading of an instant-query answer `body`.

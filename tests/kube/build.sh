@@ -3,8 +3,9 @@
 # target/kube/bin (or $KUBE_BIN_DIR): kube-apiserver, kube-controller-manager,
 # kube-scheduler and kubectl of one Kubernetes release (kubernetes/), etcd (etcd/), kwok
 # (kwok/), helm (helm/), Prometheus 3 with promtool (prometheus/), which the end-to-end
-# tests run as "a real Prometheus", and KEDA's operator and metrics API server (keda/:
-# keda and keda-adapter). One module per tool keeps their dependency graphs apart. A module is
+# tests run as "a real Prometheus", KEDA's operator and metrics API server (keda/:
+# keda and keda-adapter), and the fleet-scale harness's engine and yardstick (tests/scale):
+# Thanos (thanos/) and prometheus-adapter (prometheus-adapter/). One module per tool keeps their dependency graphs apart. A module is
 # rebuilt only when its go.mod, go.sum or sources change (a stamp beside the binaries).
 #   bash tests/kube/build.sh [MODULE...]     (default: every module)
 set -euo pipefail
@@ -67,3 +68,8 @@ build prometheus "-X $pv.Version=$prom_version -X $pv.Branch=HEAD -X $pv.Revisio
 keda=$(awk '$1 == "github.com/kedacore/keda/v2" { print $2 }' "$here/keda/go.mod")
 build keda "-X github.com/kedacore/keda/v2/version.Version=${keda#v} -X github.com/kedacore/keda/v2/version.GitCommit=$keda" \
     keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+# Thanos (sidecars and querier in one binary) and prometheus-adapter, for tests/scale.
+thanos=$(awk '$1 == "github.com/thanos-io/thanos" { print $2 }' "$here/thanos/go.mod")
+build thanos "-X $pv.Version=${thanos#v} -X $pv.Branch=HEAD -X $pv.Revision=$thanos" \
+    github.com/thanos-io/thanos/cmd/thanos
+build prometheus-adapter "" prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter

@@ -117,12 +117,11 @@ pub fn pod_values(series: &[Series]) -> HashMap<PodKey, PodValues> {
                 .insert(field, s.value);
         }
     }
-    // pod → (metric → (sum, count), devices)
+    // pod → metric → (sum, count)
     type Sums = BTreeMap<GpuMetric, (f64, u32)>;
-    let mut acc: HashMap<PodKey, (Sums, u32)> = HashMap::new();
+    let mut acc: HashMap<PodKey, Sums> = HashMap::new();
     for ((pod, device), fields) in held {
         let entry = acc.entry(pod).or_default();
-        entry.1 += 1;
         let mig = !device.1.is_empty();
         let util = match (fields.get("util"), fields.get("gr")) {
             (Some(u), _) => Some(*u),
@@ -149,20 +148,20 @@ pub fn pod_values(series: &[Series]) -> HashMap<PodKey, PodValues> {
         ];
         for (m, v) in values {
             if let Some(v) = v {
-                let slot = entry.0.entry(m).or_insert((0.0, 0));
+                let slot = entry.entry(m).or_insert((0.0, 0));
                 slot.0 += v;
                 slot.1 += 1;
             }
         }
     }
     acc.into_iter()
-        .map(|(pod, (metrics, devices))| {
+        .map(|(pod, metrics)| {
             let values = metrics
                 .into_iter()
                 .map(|(m, (sum, n))| (m, if m.sums() { sum } else { sum / f64::from(n) }))
                 .filter(|(_, v)| v.is_finite())
                 .collect();
-            (pod, PodValues { values, devices })
+            (pod, PodValues { values })
         })
         .collect()
 }
@@ -215,7 +214,6 @@ mod tests {
         ];
         let v = pod_values(&series);
         let a = &v[&key("ml", "a")];
-        assert_eq!(a.devices, 2);
         assert_eq!(
             a.values[&GpuMetric::Utilization],
             70.0,

@@ -44,7 +44,7 @@ pub const BUDGET: [Share; 5] = [
         mib: 32,
     },
     Share {
-        what: "one answer decoded: an exporter's --max-series-per-target series (~6 MiB), or a Prometheus round's --prometheus-max-series samples, each reduced to the four labels a round reads (~480 B)",
+        what: "one answer decoded: an exporter's --max-series-per-target series (~6 MiB), or a Prometheus round's --prometheus-max-series samples (one per pod and query), each reduced to the pod's labels (~480 B)",
         mib: 80,
     },
     Share {
@@ -75,8 +75,8 @@ pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = BUDGET[1].mib * MIB;
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = DEFAULT_MAX_IN_FLIGHT_BYTES / 2;
 /// A decoded Prometheus sample as a round keeps it, bytes, counted.
 pub const PROMETHEUS_SERIES_BYTES: usize = 480;
-/// `--prometheus-max-series`'s default: its row, rounded down to 10,000s (a
-/// 10,000-GPU fleet's round is 120,000).
+/// `--prometheus-max-series`'s default: its row, rounded down to 10,000s (a round
+/// keeps one sample per pod and query: 96,000 at the default `--max-pods`).
 pub const DEFAULT_PROMETHEUS_MAX_SERIES: usize =
     BUDGET[2].mib * MIB / PROMETHEUS_SERIES_BYTES / 10_000 * 10_000;
 /// A pod held, bytes, counted.
@@ -90,8 +90,8 @@ pub const DEFAULT_MAX_SERIES_PER_TARGET: usize = 20_000;
 /// `--max-pods-per-target`'s default.
 pub const DEFAULT_MAX_PODS_PER_TARGET: usize = 1_000;
 
-/// Prometheus queries in flight at once in one round (each family and its timestamps
-/// are two): bounds the decoded answers alive together.
+/// Prometheus queries in flight at once in one round: bounds the answers being read
+/// together.
 pub const PROMETHEUS_QUERIES: usize = 2;
 
 /// Labels one series may carry (a gpu-exporter's have 10 to 14, a Prometheus

@@ -333,8 +333,9 @@ fn a_prometheus_sample_with_140k_labels_is_refused_within_the_memory_limit() {
             .duration_since(UNIX_EPOCH)
             .expect("after 1970")
             .as_secs_f64();
-        // `timestamp(F)` asks when the samples were scraped: now.
-        let value = if line.contains("timestamp") {
+        // The pods' oldest sample times (the one query that labels its parts with
+        // `family`): now.
+        let value = if line.contains("%22family%22") {
             format!("{now}")
         } else {
             "42".into()

@@ -149,6 +149,38 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         milli_value(m["items"][0]["value"].as_str().expect("q")).expect("q"),
         40_960 * 1_048_576 * 1000
     );
+    // The engine's load is the round's fixed queries, whatever the clients ask: 200
+    // API requests add none. Rounds are counted by the adapter's own metric; one may
+    // be in flight when the two are read.
+    let rounds = |a: &Adapter| {
+        ["success", "failure"]
+            .iter()
+            .map(|r| {
+                crate::faults_adapter::self_metric(
+                    a,
+                    &format!(r#"gpu_metrics_adapter_source_scrapes_total{{result="{r}"}}"#),
+                )
+            })
+            .sum::<f64>()
+    };
+    let sent = |p: &RecordingProxy| {
+        p.heads()
+            .iter()
+            .filter(|h| h.starts_with("GET /api/v1/query?"))
+            .count()
+    };
+    for _ in 0..200 {
+        let (status, _) = get(&format!("{base}{path}"));
+        assert_eq!(status, 200);
+    }
+    let per_round =
+        gpu_metrics_adapter::source::prometheus::pushdown::queries(Duration::from_secs(5)).len();
+    let (before, queries_sent, after) = (rounds(&adapter), sent(&proxy), rounds(&adapter));
+    assert!(
+        queries_sent as f64 >= before * per_round as f64
+            && queries_sent as f64 <= (after + 1.0) * per_round as f64,
+        "{queries_sent} queries for {before}..{after} rounds of {per_round}"
+    );
     // Every query the adapter sent carried the configured header.
     let queries: Vec<String> = proxy
         .heads()

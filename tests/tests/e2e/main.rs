@@ -41,6 +41,7 @@ mod nvml_fidelity;
 mod peers;
 mod pod_metadata;
 mod prometheus;
+mod prometheus_pushdown;
 mod promtool;
 mod protobuf;
 mod rbac;

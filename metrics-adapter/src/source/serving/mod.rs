@@ -318,7 +318,7 @@ impl ServingReader {
             ));
         }
         previous.insert(target.to_string(), current);
-        let pods = HashMap::from([(pod, PodValues { values, devices: 0 })]);
+        let pods = HashMap::from([(pod, PodValues { values })]);
         Ok((pods, decoded.over_labels))
     }
 

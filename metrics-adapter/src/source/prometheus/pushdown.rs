@@ -1,0 +1,390 @@
+//! The per-pod values, computed by the engine: each built-in metric is one PromQL
+//! aggregation `by` the pod, so an answer holds one sample per pod, never the fleet's
+//! raw per-GPU series. A round's memory then grows with the pods served, not the GPUs,
+//! and its cost on the engine is a fixed set of queries ([`queries`]), however many
+//! HPAs and ScaledObjects ask.
+//!
+//! The queries say in PromQL what the direct source's derivation says in Rust
+//! (`source::derive`, whose module comment is the definition): a pod's series are the
+//! ones labelled with it; a shared GPU's unlabelled remainder is nobody's; percentages
+//! are averaged over the pod's devices, bytes and watts summed; MIG instances, which
+//! have no `DCGM_FI_DEV_GPU_UTIL`, use the graphics engine's activity. A sample that is
+//! negative or not a finite number is left out (`>= 0 < +Inf`), and so is one older
+//! than `--max-staleness` (`timestamp(...) > time() - S`): an instant query would
+//! otherwise return a series up to the engine's lookback (5 minutes) after its last
+//! scrape. Freshness is the oldest sample time among the pod's series, from
+//! `timestamp()` (an instant query's value carries its evaluation time).
+//!
+//! Labels: scraped with `honorLabels: true`, series carry the exporter's `pod` and
+//! `namespace`. With `honorLabels: false` Prometheus renames them `exported_pod` and
+//! `exported_namespace` (its own `pod`/`namespace` then name the exporter pod); the
+//! queries group by all four, and the renamed ones win here.
+//!
+//! The test `e2e::adapter_prometheus` holds these queries to `derive` on the same
+//! series, in Prometheus 3's own engine.
+
+use super::answer::VectorSample;
+use crate::error::Error;
+use crate::fleet::{Fleet, GpuMetric, Observed, PodKey, PodValues};
+use crate::source::limits::Rejection;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+/// What one of a round's queries answers for each pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The pod's value of a built-in metric.
+    Value(GpuMetric),
+    /// The oldest sample time among the pod's series, Unix seconds.
+    Oldest,
+}
+
+/// One query of a round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodQuery {
+    pub answers: Answer,
+    pub promql: String,
+}
+
+/// The labels a pod's answer is grouped by (see the module comment for the renames).
+const POD: &str = "namespace, pod, exported_namespace, exported_pod";
+/// The labels naming a device: a GPU, or one of its MIG instances.
+const DEVICE: &str = "UUID, GPU_I_ID";
+
+const UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
+const GR_ENGINE: &str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
+const FB_USED: &str = "DCGM_FI_DEV_FB_USED";
+const FB_FREE: &str = "DCGM_FI_DEV_FB_FREE";
+const POWER: &str = "DCGM_FI_DEV_POWER_USAGE";
+const TENSOR: &str = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE";
+
+/// The samples of `selector` that count: a number, not negative, and scraped within
+/// `staleness`.
+fn fresh(selector: &str, staleness: &str) -> String {
+    format!("({selector} >= 0 < +Inf and timestamp({selector}) > time() - {staleness})")
+}
+
+/// A family's series that name a pod.
+fn of_pods(family: &str) -> String {
+    format!("{family}{{pod!=\"\"}}")
+}
+
+/// A round's queries, for samples no older than `staleness`: one per built-in metric,
+/// and the pods' oldest sample times.
+pub fn queries(staleness: Duration) -> Vec<PodQuery> {
+    // Seconds as PromQL reads a number: `6`, `30.5`.
+    let s = staleness.as_secs_f64().to_string();
+    let pods = |family: &str| fresh(&of_pods(family), &s);
+    // A device's memory: every FB_USED series of it (the pods' shares and the
+    // remainder) plus its FB_FREE. Told apart by a label before the union, since `or`
+    // matches series without their names.
+    let capacity = format!(
+        "sum by ({DEVICE}) (label_replace({}, \"part\", \"used\", \"\", \"\") \
+         or label_replace({}, \"part\", \"free\", \"\", \"\")) > 0",
+        fresh(FB_USED, &s),
+        fresh(FB_FREE, &s),
+    );
+    let oldest = crate::source::derive::FAMILIES
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            format!(
+                "label_replace(min by ({POD}) (timestamp({}) > time() - {s}), \"family\", \"{i}\", \"\", \"\")",
+                of_pods(f)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let value = |m: GpuMetric, promql: String| PodQuery {
+        answers: Answer::Value(m),
+        promql,
+    };
+    vec![
+        value(
+            GpuMetric::Utilization,
+            format!(
+                "avg by ({POD}) ({} or on ({DEVICE}, {POD}) 100 * {})",
+                pods(UTIL),
+                fresh(&format!("{GR_ENGINE}{{pod!=\"\", GPU_I_ID!=\"\"}}"), &s)
+            ),
+        ),
+        value(
+            GpuMetric::MemoryUsedBytes,
+            format!("1048576 * sum by ({POD}) ({})", pods(FB_USED)),
+        ),
+        value(
+            GpuMetric::MemoryUtilization,
+            format!(
+                "avg by ({POD}) (100 * {} / on ({DEVICE}) group_left () ({capacity}))",
+                pods(FB_USED)
+            ),
+        ),
+        value(
+            GpuMetric::PowerWatts,
+            format!("sum by ({POD}) ({})", pods(POWER)),
+        ),
+        value(
+            GpuMetric::TensorActive,
+            format!("100 * avg by ({POD}) ({})", pods(TENSOR)),
+        ),
+        PodQuery {
+            answers: Answer::Oldest,
+            promql: format!("min by ({POD}) ({oldest})"),
+        },
+    ]
+}
+
+/// One answer's sample as a round keeps it: the pod it names and its number (`None`
+/// when it is not a finite number, so that pod gets no such value).
+pub(super) type Row = (Option<PodKey>, Option<f64>);
+
+/// The pod a sample names and its value, as a round keeps them.
+pub(super) fn row(sample: VectorSample) -> Row {
+    let labels = exporter_labels(sample.metric.labels);
+    let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let pod = get("namespace").zip(get("pod"));
+    let value = sample.value.1.parse::<f64>().ok().filter(|v| v.is_finite());
+    (pod, value)
+}
+
+/// The workload labels of a series as the exporter wrote them: with
+/// `honorLabels: false` Prometheus's own `pod` and `namespace` give way to the
+/// exporter's, renamed `exported_pod` and `exported_namespace`.
+fn exporter_labels(mut labels: Vec<(String, String)>) -> Vec<(String, String)> {
+    let exported: Vec<String> = labels
+        .iter()
+        .filter_map(|(k, _)| k.strip_prefix("exported_").map(str::to_string))
+        .collect();
+    labels.retain(|(k, _)| !exported.contains(k));
+    for (k, _) in &mut labels {
+        if let Some(base) = k.strip_prefix("exported_") {
+            *k = base.to_string();
+        }
+    }
+    labels
+}
+
+/// A pod as a round's answers describe it.
+#[derive(Default)]
+struct Described {
+    values: BTreeMap<GpuMetric, f64>,
+    oldest: Option<f64>,
+}
+
+/// One round's answers, as of `now_unix`, into the fleet: the pods with a sample
+/// time no older than `staleness`; more than `max_pods` pods is the pod budget's
+/// refusal.
+pub(super) fn assemble(
+    answers: Vec<Result<(Answer, Vec<Row>), Error>>,
+    now_unix: f64,
+    staleness: Duration,
+    max_pods: usize,
+) -> Result<Fleet, Error> {
+    let mut pods: HashMap<PodKey, Described> = HashMap::new();
+    for answer in answers {
+        let (answers, rows) = answer?;
+        for (pod, value) in rows {
+            let (Some(pod), Some(value)) = (pod, value) else {
+                continue;
+            };
+            if !pods.contains_key(&pod) && pods.len() == max_pods {
+                return Err(Error::OverLimit {
+                    reason: Rejection::PodBudget,
+                    message: format!(
+                        "the answers name more than the {max_pods} pods allowed (--max-pods)"
+                    ),
+                });
+            }
+            let described = pods.entry(pod).or_default();
+            match answers {
+                // Levels, ratios and counts are never below 0 (the queries leave such
+                // samples out, but a sum can still overflow to a huge number).
+                Answer::Value(metric) if value >= 0.0 => {
+                    described.values.insert(metric, value);
+                }
+                Answer::Value(_) => {}
+                // A scrape time in the future (clock skew, or a garbage answer such as
+                // `1e300`) counts as now: no sample is fresher than the answer, and such
+                // times do not fit a SystemTime (they panicked the source; found by
+                // fuzzing).
+                Answer::Oldest => described.oldest = Some(value.min(now_unix)),
+            }
+        }
+    }
+    let now = Instant::now();
+    let pods = pods
+        .into_iter()
+        .filter_map(|(pod, described)| {
+            // A pod without a time (its series went stale between two of the round's
+            // queries) or with only stale ones is not served from this round.
+            let at = described.oldest?;
+            let age = (now_unix - at).max(0.0);
+            if age > staleness.as_secs_f64() || described.values.is_empty() {
+                return None;
+            }
+            let age = Duration::from_secs_f64(age);
+            let observed = Observed {
+                values: PodValues {
+                    values: described.values,
+                },
+                at: UNIX_EPOCH + Duration::from_secs_f64(at.max(0.0)),
+                seen: now.checked_sub(age).unwrap_or(now),
+            };
+            Some((pod, observed))
+        })
+        .collect();
+    Ok(Fleet {
+        pods,
+        targets: 1,
+        answered: 1,
+        last_answer: Some(now),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exported_labels_win_over_prometheus_target_labels() {
+        let m: Vec<(String, String)> = [
+            ("pod", "gpu-exporter-x7k2p"),
+            ("namespace", "gpu-monitoring"),
+            ("exported_pod", "resnet-0"),
+            ("exported_namespace", "inference"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut l = exporter_labels(m);
+        l.sort();
+        assert_eq!(
+            l,
+            vec![
+                ("namespace".to_string(), "inference".to_string()),
+                ("pod".to_string(), "resnet-0".to_string()),
+            ]
+        );
+    }
+
+    fn pod(ns: &str, name: &str) -> Option<PodKey> {
+        Some((ns.to_string(), name.to_string()))
+    }
+
+    fn round(answers: Vec<(Answer, Vec<Row>)>, max_pods: usize) -> Result<Fleet, Error> {
+        let answers = answers.into_iter().map(Ok).collect();
+        assemble(answers, NOW, Duration::from_secs(60), max_pods)
+    }
+
+    const NOW: f64 = 1_795_620_500.0;
+
+    /// Each query's rows land on their pod's value; a pod is served only with a time
+    /// within the staleness, and with at least one value.
+    #[test]
+    fn rows_become_pods_with_their_values_and_times() {
+        let util = Answer::Value(GpuMetric::Utilization);
+        let power = Answer::Value(GpuMetric::PowerWatts);
+        let fleet = round(
+            vec![
+                (
+                    util,
+                    vec![
+                        (pod("ml", "a"), Some(70.0)),
+                        (pod("ml", "stale"), Some(10.0)),
+                        (pod("ml", "untimed"), Some(10.0)),
+                    ],
+                ),
+                (
+                    power,
+                    vec![(pod("ml", "a"), Some(500.0)), (None, Some(1.0))],
+                ),
+                (
+                    Answer::Oldest,
+                    vec![
+                        (pod("ml", "a"), Some(NOW - 2.5)),
+                        (pod("ml", "stale"), Some(NOW - 61.0)),
+                        (pod("ml", "no-values"), Some(NOW)),
+                    ],
+                ),
+            ],
+            10,
+        )
+        .unwrap();
+        let keys: Vec<_> = fleet.pods.keys().cloned().collect();
+        assert_eq!(keys, vec![("ml".to_string(), "a".to_string())]);
+        let a = &fleet.pods[&("ml".to_string(), "a".to_string())];
+        assert_eq!(a.values.values[&GpuMetric::Utilization], 70.0);
+        assert_eq!(a.values.values[&GpuMetric::PowerWatts], 500.0);
+        let at = a.at.duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!((at - (NOW - 2.5)).abs() < 1e-3, "{at}");
+    }
+
+    /// The pod budget holds while answers are read, not after: the pod one past it is
+    /// the refusal.
+    #[test]
+    fn pods_past_the_budget_are_refused() {
+        let rows = |n: usize| {
+            (0..n)
+                .map(|i| (pod("ml", &format!("p{i}")), Some(NOW)))
+                .collect::<Vec<_>>()
+        };
+        round(vec![(Answer::Oldest, rows(3))], 3).unwrap();
+        let e = round(vec![(Answer::Oldest, rows(4))], 3).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::OverLimit {
+                    reason: Rejection::PodBudget,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+
+    /// Found by the `prometheus_json` fuzz target: a `timestamp()` answer of `+Inf` or
+    /// `1e300` panicked the round (`Duration::from_secs_f64`), which ended the source.
+    /// A time past now counts as now; one that is no number dates nothing.
+    #[test]
+    fn scrape_times_past_now_or_not_finite_do_not_panic_and_count_as_now() {
+        for stamp in ["+Inf", "1e300", "2e19", "1795620600", "NaN"] {
+            let value = stamp.parse::<f64>().ok().filter(|v| v.is_finite());
+            let fleet = round(
+                vec![
+                    (
+                        Answer::Value(GpuMetric::Utilization),
+                        vec![(pod("ml", "train-0"), Some(80.0))],
+                    ),
+                    (Answer::Oldest, vec![(pod("ml", "train-0"), value)]),
+                ],
+                10,
+            )
+            .unwrap();
+            match fleet.pods.values().next() {
+                None => assert!(["+Inf", "NaN"].contains(&stamp), "{stamp}"),
+                Some(observed) => {
+                    let at = observed.at.duration_since(UNIX_EPOCH).unwrap();
+                    assert_eq!(at.as_secs_f64(), NOW, "{stamp}");
+                }
+            }
+        }
+    }
+
+    /// Every query groups by the pod's labels and their renames, so an answer holds
+    /// one sample per pod; and each names the staleness it was made for.
+    #[test]
+    fn every_query_aggregates_by_pod_within_the_staleness() {
+        let qs = queries(Duration::from_millis(30_500));
+        assert_eq!(qs.len(), 6);
+        for q in &qs {
+            assert!(
+                ["avg", "sum", "min"]
+                    .iter()
+                    .any(|op| q.promql.contains(&format!("{op} by ({POD}) ("))),
+                "{}",
+                q.promql
+            );
+            assert!(q.promql.contains("time() - 30.5)"), "{}", q.promql);
+        }
+    }
+}
