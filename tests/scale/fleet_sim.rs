@@ -7,7 +7,8 @@
 //!
 //! Endpoints:
 //! - `GET /node-group/{i}/metrics`: the series of nodes `i*per_group ..`, as the
-//!   exporter serves them, at the current step (rendered once per group and step);
+//!   exporter serves them, at the current step (rendered once per group and step),
+//!   and `fleet_sim_step`, the step;
 //! - `GET /file-sd`: the scrape targets (Prometheus `file_sd_configs` JSON), one per
 //!   group, the group's path in `__metrics_path__`;
 //! - `GET /step`, `POST /step?to=N`: the current step (values change only with it;
@@ -15,6 +16,7 @@
 //! - `GET /truth[?step=N]`: per pod, the values an adapter must answer at that step;
 //! - `GET /kube-objects`: the fleet's Namespaces and Pods, a `v1` List for
 //!   `kubectl apply`;
+//! - `GET /shape`: GPUs, nodes, node groups, series, pods and workloads;
 //! - `GET /-/ready`.
 //!
 //! Logs `listening address=HOST:PORT` once it serves.
@@ -127,9 +129,16 @@ fn kube_objects(fleet: &Fleet) -> Bytes {
     let mut namespaces: Vec<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
     namespaces.sort_unstable();
     namespaces.dedup();
+    // Each namespace with its default ServiceAccount, which pod admission requires
+    // (no controller-manager makes it here).
     let mut items: Vec<serde_json::Value> = namespaces
         .iter()
-        .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+        .flat_map(|ns| {
+            [
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}}),
+            ]
+        })
         .collect();
     items.extend(pods.iter().map(|p| {
         json!({
@@ -151,6 +160,18 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes
     let js = "application/json";
     match (req.method(), path.as_str()) {
         (&Method::GET, "/-/ready") => answer(StatusCode::OK, text, "ready\n"),
+        (&Method::GET, "/shape") => {
+            let f = &state.fleet;
+            let shape = json!({
+                "gpus": f.gpus(),
+                "nodes": f.nodes,
+                "node_groups": f.groups(),
+                "series": f.series(),
+                "pods": Fleet::first_pod(f.nodes),
+                "workloads": Fleet::first_pod(f.nodes).div_ceil(u64::from(e2e_tests::fleet::PODS_PER_WORKLOAD)),
+            });
+            answer(StatusCode::OK, js, shape.to_string())
+        }
         (&Method::GET, "/step") => answer(
             StatusCode::OK,
             js,
@@ -232,7 +253,13 @@ async fn serve(state: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes
                 match &*slot {
                     Some((s, b)) if *s == step => Some(b.clone()),
                     _ => {
-                        let b = Bytes::from(st.fleet.render_group(group, step));
+                        // The step itself, so a reader of the engine can tell which
+                        // step its samples are from.
+                        let mut body = format!(
+                            "# HELP fleet_sim_step The step of the fleet's values.\n# TYPE fleet_sim_step gauge\nfleet_sim_step {step}\n"
+                        );
+                        body.push_str(&st.fleet.render_group(group, step));
+                        let b = Bytes::from(body);
                         *slot = Some((step, b.clone()));
                         Some(b)
                     }
