@@ -26,11 +26,12 @@ command -v wrk >/dev/null || { echo "bench.sh: wrk is needed" >&2; exit 1; }
 # Our adapter's bounds, sized for the fleet: pods (5,173 per 10,000 GPUs), samples of
 # a round (six queries, one sample per pod each), answers (one sample per pod, about
 # 200 bytes), the query timeout on a busy engine, and staleness above the scrape
-# interval (three scrapes).
+# interval (three scrapes). And connections: wrk's 1,000 come from one loopback address,
+# past the default 64 per address (in a cluster they come through the aggregator).
 pods_bound=$((gpus * 6 / 10 + 1000))
 scrape=${SCRAPE_INTERVAL:-15s}
 staleness=$((${scrape%s} * 3))s
-export OUR_ADAPTER_ARGS=${OUR_ADAPTER_ARGS:---max-pods $pods_bound --prometheus-max-series $((pods_bound * 6)) --max-response-size 64Mi --max-in-flight-size 128Mi --scrape-timeout 30s --max-staleness $staleness}
+export OUR_ADAPTER_ARGS=${OUR_ADAPTER_ARGS:---max-pods $pods_bound --prometheus-max-series $((pods_bound * 6)) --max-response-size 64Mi --max-in-flight-size 128Mi --scrape-timeout 30s --max-staleness $staleness --max-connections 1100 --max-connections-per-address 1100}
 rm -rf "$dir"
 cleanup() { [ "${KEEP:-0}" = 1 ] || bash "$here/engine.sh" down "$dir"; }
 trap cleanup EXIT

@@ -12,6 +12,10 @@
 //! bounded wait is over. Tolerance: one milli-unit (the custom metrics API's
 //! `resource.Quantity` carries milli-units, which either adapter may round or
 //! truncate), plus 1e-9 relative for the order of floating-point sums.
+//!
+//! About 6 minutes on the project's 2-core VM (the engine and both adapters up in
+//! 50 s; most of the rest is prometheus-adapter, which asks Thanos at every request) and
+//! 3 GiB of memory. Figures of the same setup: docs/benchmarks/fleet-scale.md.
 
 use e2e_tests::https::HttpsClient;
 use e2e_tests::quantity::parse_quantity;
