@@ -70,6 +70,9 @@ build keda "-X github.com/kedacore/keda/v2/version.Version=${keda#v} -X github.c
     keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
 # Thanos (sidecars and querier in one binary) and prometheus-adapter, for tests/scale.
 thanos=$(awk '$1 == "github.com/thanos-io/thanos" { print $2 }' "$here/thanos/go.mod")
+# Built with Thanos' own build tag (its .promu.yml): without slicelabels, Prometheus'
+# default string labels meet Thanos' unsafe ZLabel casts and the sidecar panics in its
+# first gRPC answer ("makeslice: len out of range").
 build thanos "-X $pv.Version=${thanos#v} -X $pv.Branch=HEAD -X $pv.Revision=$thanos" \
-    github.com/thanos-io/thanos/cmd/thanos
+    -tags slicelabels github.com/thanos-io/thanos/cmd/thanos
 build prometheus-adapter "" prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter

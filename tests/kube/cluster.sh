@@ -47,6 +47,11 @@
 # pods' readiness. `cluster.sh adapter DIR POD` starts the process of a new pod (what a
 # kubelet would do for a replacement replica); `down` removes the addresses it added.
 #
+# With CONTROL_PLANE=apiserver, `up` stops once etcd and kube-apiserver serve (the same
+# PKI, flags and admin kubeconfig; no controllers, kwok, nodes, exporters or adapter):
+# for tests that need pods only as API objects (tests/scale). DIR/env then has
+# KUBECONFIG, KUBE_BIN_DIR, API_SERVER and PKI_DIR.
+#
 # Every GPU's utilisation follows DIR/dial (`*=PERCENT`, or `INDEX=PERCENT` lines; see
 # gpu-sim's dial): write it to make the HPA scale. DIR gets kubeconfig (admin), logs/,
 # env (ports and paths, sourceable) and pids/. Ports are free ones.
@@ -149,6 +154,11 @@ case "$with_keda" in
 0 | 1) ;;
 *) fail "WITH_KEDA=$with_keda: 0 or 1" ;;
 esac
+control_plane=${CONTROL_PLANE:-full}
+case "$control_plane" in
+full | apiserver) ;;
+*) fail "CONTROL_PLANE=$control_plane: full or apiserver" ;;
+esac
 deploy_with=${DEPLOY_WITH:-kustomize}
 case "$deploy_with" in
 kustomize | helm) ;;
@@ -192,12 +202,14 @@ fi
 
 modules=(kubernetes etcd kwok helm)
 [ "$with_keda" = 0 ] || modules+=(keda)
+[ "$control_plane" = full ] || modules=(kubernetes etcd)
 bash "$here/build.sh" "${modules[@]}"
-if [ -z "${RUST_BIN_DIR:-}" ]; then
+if [ "$control_plane" = full ] && [ -z "${RUST_BIN_DIR:-}" ]; then
     (cd "$root" && cargo build --locked -q -p gpu-exporter -p gpu-metrics-adapter -p kube-sim \
         -p fake-nvml)
 fi
 for b in gpu-exporter gpu-metrics-adapter fake-kubelet libnvidia_ml.so; do
+    [ "$control_plane" = full ] || break
     [ -e "$rust/$b" ] || fail "$rust/$b missing (cargo build)"
 done
 
@@ -325,6 +337,16 @@ kubeconfig kubeconfig admin
 kubeconfig controller-manager.kubeconfig controller-manager
 kubeconfig scheduler.kubeconfig scheduler
 wait_for kube-apiserver 120 kubectl get --raw /readyz
+if [ "$control_plane" = apiserver ]; then
+    cat >"$dir/env" <<EOF
+KUBECONFIG=$dir/kubeconfig
+KUBE_BIN_DIR=$bin
+API_SERVER=$server
+PKI_DIR=$pki
+EOF
+    log "up (API server only): export KUBECONFIG=$dir/kubeconfig"
+    exit 0
+fi
 
 # --- controller-manager, scheduler, kwok -------------------------------------------
 

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod fake_engine;
+pub mod fleet;
 pub mod flood;
 pub mod hpa;
 pub mod https;

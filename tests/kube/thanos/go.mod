@@ -4,6 +4,7 @@ module gpu-exporter.test/kube/thanos
 // Prometheus 3 shard and a querier over them, which the adapter's Prometheus source and
 // prometheus-adapter both read. v0.42.4 is the newest release this Go (1.26.8) builds;
 // v0.42.5 needs Go >= 1.26.10.
+// tests/kube/build.sh builds it with Thanos' build tag slicelabels.
 
 go 1.26.0
 

@@ -26,6 +26,7 @@ mod dra;
 mod faults;
 mod faults_adapter;
 mod features;
+mod fleet_scale;
 mod golden;
 mod health_signals;
 mod helm;
