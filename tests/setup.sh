@@ -66,6 +66,10 @@ fi
 if ! command -v openssl >/dev/null 2>&1; then
     apt_packages+=(openssl)
 fi
+# `ip` adds the adapter replicas' pod IPs to the loopback interface (cluster_ha).
+if ! command -v ip >/dev/null 2>&1; then
+    apt_packages+=(iproute2)
+fi
 # Go builds the real control plane (tests/kube/build.sh). Debian's go may be older than
 # the modules' `go` line: it then fetches the toolchain they name through the Go module
 # proxy (GOTOOLCHAIN=auto, the default).
