@@ -61,6 +61,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bin=${KUBE_BIN_DIR:-$root/target/kube/bin}
 rust=${RUST_BIN_DIR:-$root/target/debug}
+# shellcheck source=procs.sh
+. "$here/procs.sh"
 
 usage() {
     echo "usage: $0 up DIR | down DIR | adapter DIR POD" >&2
@@ -73,28 +75,7 @@ dir=$(mkdir -p "$2" && cd "$2" && pwd)
 # --- down --------------------------------------------------------------------------
 
 down() {
-    local pids=() p
-    for f in "$dir"/pids/*; do
-        [ -e "$f" ] || continue
-        p=$(cat "$f")
-        # Only a process that is still the one started (its command line names DIR or
-        # one of our binaries) is signalled: pids are reused.
-        if kill -0 "$p" 2>/dev/null; then
-            pids+=("$p")
-            kill -TERM "$p" 2>/dev/null || true
-        fi
-        rm -f "$f"
-    done
-    local deadline=$((SECONDS + 20))
-    for p in "${pids[@]}"; do
-        while kill -0 "$p" 2>/dev/null; do
-            if [ $SECONDS -ge $deadline ]; then
-                kill -KILL "$p" 2>/dev/null || true
-                break
-            fi
-            sleep 0.1
-        done
-    done
+    stop_started
     # The pod IPs `up` added to the loopback interface (ADAPTER_REPLICAS > 1).
     if [ -f "$dir/lo-addresses" ]; then
         while read -r ip; do
@@ -113,35 +94,6 @@ fi
 # --- helpers -------------------------------------------------------------------------
 
 mkdir -p "$dir/logs" "$dir/pids" "$dir/pki" "$dir/nodes"
-log() { echo "cluster.sh: $*" >&2; }
-fail() {
-    log "$*"
-    for f in "$dir"/logs/*.log; do
-        [ -s "$f" ] || continue
-        echo "--- $f (last 15 lines)" >&2
-        tail -n 15 "$f" >&2
-    done
-    down
-    exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# start NAME COMMAND...: run in its own session, output to logs/NAME.log.
-start() {
-    local name=$1
-    shift
-    setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$dir/pids/$name"
-}
-# wait_for WHAT SECONDS COMMAND...: poll until COMMAND succeeds.
-wait_for() {
-    local what=$1 limit=$2
-    shift 2
-    local deadline=$((SECONDS + limit))
-    until "$@" >/dev/null 2>&1; do
-        [ $SECONDS -lt $deadline ] || fail "$what not ready within ${limit}s"
-        sleep 0.2
-    done
-}
 kubectl() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
 # Helm with its state under DIR/helm (never the user's ~/.config/helm).
 helm_home=$dir/helm

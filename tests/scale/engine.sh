@@ -40,6 +40,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bin=${KUBE_BIN_DIR:-$root/target/kube/bin}
 rust=${RUST_BIN_DIR:-$root/target/debug}
+# shellcheck source=../kube/procs.sh
+. "$root/tests/kube/procs.sh"
 
 usage() {
     echo "usage: $0 up DIR | down DIR" >&2
@@ -50,26 +52,7 @@ cmd=$1
 dir=$(mkdir -p "$2" && cd "$2" && pwd)
 
 down() {
-    local pids=() p
-    for f in "$dir"/pids/*; do
-        [ -e "$f" ] || continue
-        p=$(cat "$f")
-        if kill -0 "$p" 2>/dev/null; then
-            pids+=("$p")
-            kill -TERM "$p" 2>/dev/null || true
-        fi
-        rm -f "$f"
-    done
-    local deadline=$((SECONDS + 20))
-    for p in "${pids[@]}"; do
-        while kill -0 "$p" 2>/dev/null; do
-            if [ $SECONDS -ge $deadline ]; then
-                kill -KILL "$p" 2>/dev/null || true
-                break
-            fi
-            sleep 0.1
-        done
-    done
+    stop_started
     if [ -d "$dir/kube" ]; then
         bash "$root/tests/kube/cluster.sh" down "$dir/kube"
     fi
@@ -82,33 +65,6 @@ fi
 [ "$cmd" = up ] || usage
 
 mkdir -p "$dir/logs" "$dir/pids"
-log() { echo "engine.sh: $(date +%T) $*" >&2; }
-fail() {
-    log "$*"
-    for f in "$dir"/logs/*.log; do
-        [ -s "$f" ] || continue
-        echo "--- $f (last 10 lines)" >&2
-        tail -n 10 "$f" >&2
-    done
-    down
-    exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start() {
-    local name=$1
-    shift
-    setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$dir/pids/$name"
-}
-wait_for() {
-    local what=$1 limit=$2
-    shift 2
-    local deadline=$((SECONDS + limit))
-    until "$@" >/dev/null 2>&1; do
-        [ $SECONDS -lt $deadline ] || fail "$what not ready within ${limit}s"
-        sleep 0.5
-    done
-}
 
 gpus=${GPUS:-100000}
 per_group=${NODES_PER_GROUP:-50}

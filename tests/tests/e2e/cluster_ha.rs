@@ -46,19 +46,12 @@ fn adapter_pods(c: &Cluster) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Each pod's value in an answer of PATH.
-fn values(v: &Value) -> BTreeMap<String, String> {
-    v["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| {
-            Some((
-                i["describedObject"]["name"].as_str()?.to_string(),
-                i["value"].as_str()?.to_string(),
-            ))
-        })
-        .collect()
+/// Each pod's value (milli-units) in an answer of PATH; none where it has no items.
+fn values(v: &Value) -> BTreeMap<String, i64> {
+    if !v["items"].is_array() {
+        return BTreeMap::new();
+    }
+    e2e_tests::metrics_api::items_milli(v).into_iter().collect()
 }
 
 /// PATH from one replica, on its pod's IP, as the cluster's admin (the serving

@@ -18,7 +18,6 @@
 //! 3 GiB of memory. Figures of the same setup: docs/benchmarks/fleet-scale.md.
 
 use e2e_tests::https::HttpsClient;
-use e2e_tests::quantity::parse_quantity;
 use e2e_tests::{go_tool, target_profile_dir, try_wait_for, workspace};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -161,17 +160,11 @@ fn disagreements(client: &HttpsClient, base: &str, token: &str, truth: &Truth) -
                 match client.get(&url, &[("Authorization", &auth)]) {
                     Ok((200, body)) => {
                         let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-                        v["items"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|i| {
-                                Some((
-                                    i["describedObject"]["name"].as_str()?.to_string(),
-                                    parse_quantity(i["value"].as_str()?).ok()?,
-                                ))
-                            })
-                            .collect()
+                        if v["items"].is_array() {
+                            e2e_tests::metrics_api::items(&v).into_iter().collect()
+                        } else {
+                            BTreeMap::new()
+                        }
                     }
                     Ok((404, _)) => BTreeMap::new(),
                     other => {
