@@ -173,15 +173,15 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         let (status, _) = get(&format!("{base}{path}"));
         assert_eq!(status, 200);
     }
-    let per_round =
-        gpu_metrics_adapter::source::prometheus::pushdown::queries(Duration::from_secs(5)).len();
+    let per_round = gpu_metrics_adapter::source::prometheus::pushdown::queries().len();
     let (before, queries_sent, after) = (rounds(&adapter), sent(&proxy), rounds(&adapter));
     assert!(
         queries_sent as f64 >= before * per_round as f64
             && queries_sent as f64 <= (after + 1.0) * per_round as f64,
         "{queries_sent} queries for {before}..{after} rounds of {per_round}"
     );
-    // Every query the adapter sent carried the configured header.
+    // Every query the adapter sent carried the configured header, and the staleness
+    // as the engine's lookback.
     let queries: Vec<String> = proxy
         .heads()
         .into_iter()
@@ -189,6 +189,12 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         .collect();
     assert!(!queries.is_empty(), "the adapter queried through the proxy");
     for head in &queries {
+        assert!(
+            head.lines()
+                .next()
+                .is_some_and(|l| l.contains("&lookback_delta=5 ")),
+            "no lookback_delta=5 in:\n{head}"
+        );
         assert!(
             head.lines()
                 .any(|l| l.eq_ignore_ascii_case("x-scope-orgid: tenant-a")),

@@ -5,6 +5,11 @@
 //! series that went stale), Prometheus 3's own engine (`promtool test rules`) must
 //! answer every query with what `source::derive::pod_values` computes in Rust from the
 //! fresh series, pod by pod.
+//!
+//! The adapter sends each query with `lookback_delta` = `--max-staleness`; `promtool`
+//! evaluates with the engine's default lookback, 5 minutes, so the staleness here is
+//! 5 minutes and the same queries see the same samples. That the parameter is sent is
+//! `adapter_prometheus`'s to check.
 
 use e2e_tests::promtool;
 use gpu_metrics_adapter::fleet::GpuMetric;
@@ -23,11 +28,11 @@ struct Input {
     last_minute: u32,
 }
 
-/// Evaluation time, minutes; staleness 150 s: a series whose last sample is at minute 8
-/// is fresh (120 s old), one ending at minute 7 is stale (180 s, still inside the
-/// engine's 5-minute lookback, so only the queries' own filter leaves it out).
+/// Evaluation time, minutes; staleness 300 s, the lookback `promtool` evaluates with:
+/// a series whose last sample is at minute 9 is fresh (60 s old), one ending at minute
+/// 4 is stale (360 s).
 const EVAL_MINUTE: u32 = 10;
-const STALENESS: Duration = Duration::from_secs(150);
+const STALENESS: Duration = Duration::from_secs(300);
 
 fn fleet() -> Vec<Input> {
     let mut out = Vec::new();
@@ -103,17 +108,18 @@ fn fleet() -> Vec<Input> {
     ];
     add("DCGM_FI_DEV_GPU_UTIL", &g, 44.0, 10);
     add("DCGM_FI_DEV_POWER_USAGE", &g, 410.0, 10);
-    // Stale: ml/h's exporter stopped at minute 7; ml/a's tensor series on a third GPU
-    // too (its other series stay fresh).
+    // Stale: ml/h's exporter stopped at minute 4; ml/a's utilisation series on a third
+    // GPU too (its other series stay fresh).
     let h = [("UUID", "GPU-7"), ("namespace", "ml"), ("pod", "h")];
-    add("DCGM_FI_DEV_GPU_UTIL", &h, 99.0, 7);
+    add("DCGM_FI_DEV_GPU_UTIL", &h, 99.0, 4);
     let a_old = [("UUID", "GPU-8"), ("namespace", "ml"), ("pod", "a")];
-    add("DCGM_FI_DEV_GPU_UTIL", &a_old, 1.0, 7);
+    add("DCGM_FI_DEV_GPU_UTIL", &a_old, 1.0, 4);
     out
 }
 
+/// Within the lookback, which excludes its start: (eval - staleness, eval].
 fn fresh(i: &Input) -> bool {
-    i.last_minute * 60 + STALENESS.as_secs() as u32 >= EVAL_MINUTE * 60
+    i.last_minute * 60 + STALENESS.as_secs() as u32 > EVAL_MINUTE * 60
 }
 
 /// An input series in `promtool`'s notation: `name{k="v"}` and a sample a minute.
@@ -214,7 +220,7 @@ fn the_pushed_down_queries_answer_what_the_direct_source_derives() {
     }
     yaml.push_str("    promql_expr_test:\n");
     let mut checked = 0;
-    for q in queries(STALENESS) {
+    for q in queries() {
         writeln!(
             yaml,
             "      - expr: '{}'\n        eval_time: {EVAL_MINUTE}m\n        exp_samples:",
@@ -266,8 +272,7 @@ fn the_pushed_down_queries_answer_what_the_direct_source_derives() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The queries the docs show an operator are the ones the adapter sends (at the
-/// default staleness, three 2 s intervals).
+/// The queries the docs show an operator are the ones the adapter sends.
 #[test]
 fn the_docs_show_the_queries_as_sent() {
     let page = std::fs::read_to_string(
@@ -275,7 +280,7 @@ fn the_docs_show_the_queries_as_sent() {
             .join("../docs/adapter/prometheus-source.md"),
     )
     .expect("docs/adapter/prometheus-source.md");
-    for q in queries(Duration::from_secs(6)) {
+    for q in queries() {
         if !page.contains(&q.promql) {
             panic!(
                 "docs/adapter/prometheus-source.md lacks the query for {:?}:\n{}",

@@ -2,7 +2,8 @@
 //! Prometheus, Thanos or Mimir, the adapter asks it instead of scraping every exporter.
 //!
 //! Each interval it runs a fixed set of instant queries, all evaluated at the same
-//! time, that aggregate per pod in the engine ([`pushdown`]): one per built-in metric
+//! time with `--max-staleness` as their lookback, that aggregate per pod in the
+//! engine ([`pushdown`]): one per built-in metric
 //! and one for the pods' oldest sample times. So a round's answers hold one sample per
 //! pod whatever the fleet's GPUs, and the engine's load is the same for one HPA or a
 //! thousand. Answers are decoded sample by sample as they are read ([`answer`]).
@@ -58,14 +59,15 @@ impl Endpoint {
         Ok(Some(token.trim().to_string()))
     }
 
-    /// One instant query, evaluated at `time` (Unix seconds; default: the engine's
-    /// now), its answer read within `limits` and `timeout`.
+    /// One instant query, evaluated at `at` (Unix seconds and the engine's lookback;
+    /// default: the engine's now and its own lookback), its answer read within
+    /// `limits` and `timeout`.
     async fn instant(
         &self,
         client: &super::http_client::Client,
         token: Option<&str>,
         query: &str,
-        time: Option<f64>,
+        at: Option<(f64, &str)>,
         limits: &Limits,
         timeout: Duration,
     ) -> Result<super::http_client::Answer, Error> {
@@ -74,8 +76,8 @@ impl Endpoint {
             self.url.trim_end_matches('/'),
             encode_query(query)
         );
-        if let Some(t) = time {
-            url.push_str(&format!("&time={t:.3}"));
+        if let Some((t, lookback)) = at {
+            url.push_str(&format!("&time={t:.3}&lookback_delta={lookback}"));
         }
         let mut req = axum::http::Request::get(&url);
         for (k, v) in &self.headers {
@@ -135,7 +137,8 @@ fn encode_query(q: &str) -> String {
     out
 }
 
-/// One instant query at `time`, each sample handed to `take` as it is decoded. At
+/// One instant query at `time` with the staleness as its lookback, each sample handed
+/// to `take` as it is decoded. At
 /// most [`PROMETHEUS_QUERIES`] run at once (`slots`); the answer's bytes stay in the
 /// in-flight budget until decoded.
 #[allow(clippy::too_many_arguments)]
@@ -155,7 +158,14 @@ async fn instant_query(
         .map_err(|_| Error::Scrape("shutting down".into()))?;
     let answer = opts
         .endpoint
-        .instant(client, token, query, Some(time), &opts.limits, opts.timeout)
+        .instant(
+            client,
+            token,
+            query,
+            Some((time, &pushdown::lookback_delta(opts.staleness))),
+            &opts.limits,
+            opts.timeout,
+        )
         .await?;
     decode_answer(answer.status, &answer.body, budget, take)
 }
@@ -175,7 +185,7 @@ async fn round(
     let slots = tokio::sync::Semaphore::new(PROMETHEUS_QUERIES);
     let budget = Budget::new(opts.max_series);
     let (slots, budget) = (&slots, &budget);
-    let queries = pushdown::queries(opts.staleness);
+    let queries = pushdown::queries();
     let answers = futures_util::future::join_all(queries.iter().map(|q| async move {
         let mut rows = Vec::new();
         instant_query(
@@ -209,7 +219,7 @@ pub fn decode_round(
 ) -> Result<Fleet, Error> {
     let budget = Budget::new(max_series);
     let ok = axum::http::StatusCode::OK;
-    let answers = pushdown::queries(staleness)
+    let answers = pushdown::queries()
         .iter()
         .zip(bodies)
         .map(|(q, body)| {

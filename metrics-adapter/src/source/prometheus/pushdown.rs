@@ -9,11 +9,17 @@
 //! ones labelled with it; a shared GPU's unlabelled remainder is nobody's; percentages
 //! are averaged over the pod's devices, bytes and watts summed; MIG instances, which
 //! have no `DCGM_FI_DEV_GPU_UTIL`, use the graphics engine's activity. A sample that is
-//! negative or not a finite number is left out (`>= 0 < +Inf`), and so is one older
-//! than `--max-staleness` (`timestamp(...) > time() - S`): an instant query would
-//! otherwise return a series up to the engine's lookback (5 minutes) after its last
-//! scrape. Freshness is the oldest sample time among the pod's series, from
-//! `timestamp()` (an instant query's value carries its evaluation time).
+//! negative or not a finite number is left out (`>= 0 < +Inf`).
+//!
+//! Staleness is the engine's: every query is sent with `lookback_delta` set to
+//! `--max-staleness` ([`lookback_delta`]), so a selector only sees samples that recent
+//! instead of the engine's default 5 minutes. That costs one selection of each series
+//! set; filtering in PromQL (`timestamp(x) > time() - S`) would select every set twice,
+//! which was 40 % of a round through Thanos. Freshness is the oldest sample time among
+//! the pod's series, from `timestamp()` (an instant query's value carries its
+//! evaluation time). An engine that ignores the parameter (Prometheus before 2.43,
+//! older Mimir) answers with up to its own lookback: the oldest time then shows it,
+//! and such a pod is left out whole ([`assemble`]).
 //!
 //! Labels: scraped with `honorLabels: true`, series carry the exporter's `pod` and
 //! `namespace`. With `honorLabels: false` Prometheus renames them `exported_pod` and
@@ -58,10 +64,10 @@ const FB_FREE: &str = "DCGM_FI_DEV_FB_FREE";
 const POWER: &str = "DCGM_FI_DEV_POWER_USAGE";
 const TENSOR: &str = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE";
 
-/// The samples of `selector` that count: a number, not negative, and scraped within
-/// `staleness`.
-fn fresh(selector: &str, staleness: &str) -> String {
-    format!("({selector} >= 0 < +Inf and timestamp({selector}) > time() - {staleness})")
+/// The samples of `selector` that count: a number, not negative. (Their age is the
+/// engine's lookback, [`lookback_delta`].)
+fn valid(selector: &str) -> String {
+    format!("({selector} >= 0 < +Inf)")
 }
 
 /// A family's series that name a pod.
@@ -69,27 +75,30 @@ fn of_pods(family: &str) -> String {
     format!("{family}{{pod!=\"\"}}")
 }
 
-/// A round's queries, for samples no older than `staleness`: one per built-in metric,
-/// and the pods' oldest sample times.
-pub fn queries(staleness: Duration) -> Vec<PodQuery> {
-    // Seconds as PromQL reads a number: `6`, `30.5`.
-    let s = staleness.as_secs_f64().to_string();
-    let pods = |family: &str| fresh(&of_pods(family), &s);
+/// The `lookback_delta` every query of a round is sent with: the staleness, in seconds
+/// as Prometheus, Thanos and Mimir read it (`45`, `30.5`).
+pub fn lookback_delta(staleness: Duration) -> String {
+    staleness.as_secs_f64().to_string()
+}
+
+/// A round's queries: one per built-in metric, and the pods' oldest sample times.
+pub fn queries() -> Vec<PodQuery> {
+    let pods = |family: &str| valid(&of_pods(family));
     // A device's memory: every FB_USED series of it (the pods' shares and the
     // remainder) plus its FB_FREE. Told apart by a label before the union, since `or`
     // matches series without their names.
     let capacity = format!(
         "sum by ({DEVICE}) (label_replace({}, \"part\", \"used\", \"\", \"\") \
          or label_replace({}, \"part\", \"free\", \"\", \"\")) > 0",
-        fresh(FB_USED, &s),
-        fresh(FB_FREE, &s),
+        valid(FB_USED),
+        valid(FB_FREE),
     );
     let oldest = crate::source::derive::FAMILIES
         .iter()
         .enumerate()
         .map(|(i, f)| {
             format!(
-                "label_replace(min by ({POD}) (timestamp({}) > time() - {s}), \"family\", \"{i}\", \"\", \"\")",
+                "label_replace(min by ({POD}) (timestamp({})), \"family\", \"{i}\", \"\", \"\")",
                 of_pods(f)
             )
         })
@@ -105,7 +114,7 @@ pub fn queries(staleness: Duration) -> Vec<PodQuery> {
             format!(
                 "avg by ({POD}) ({} or on ({DEVICE}, {POD}) 100 * {})",
                 pods(UTIL),
-                fresh(&format!("{GR_ENGINE}{{pod!=\"\", GPU_I_ID!=\"\"}}"), &s)
+                valid(&format!("{GR_ENGINE}{{pod!=\"\", GPU_I_ID!=\"\"}}"))
             ),
         ),
         value(
@@ -164,6 +173,19 @@ fn exporter_labels(mut labels: Vec<(String, String)>) -> Vec<(String, String)> {
     labels
 }
 
+/// Says once per process that the engine answered samples older than its
+/// `lookback_delta`: an operator should know why pods go missing.
+fn warn_lookback_ignored() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "the Prometheus-compatible engine answered samples older than --max-staleness: \
+             it ignores the lookback_delta query parameter (Prometheus before 2.43, older \
+             Mimir), so pods with such a series are left out whole; upgrade the engine"
+        )
+    });
+}
+
 /// A pod as a round's answers describe it.
 #[derive(Default)]
 struct Described {
@@ -216,10 +238,16 @@ pub(super) fn assemble(
         .into_iter()
         .filter_map(|(pod, described)| {
             // A pod without a time (its series went stale between two of the round's
-            // queries) or with only stale ones is not served from this round.
+            // queries) is not served from this round; nor is one with a series older
+            // than the staleness, which only an engine that ignores `lookback_delta`
+            // answers (its values may hold that series).
             let at = described.oldest?;
             let age = (now_unix - at).max(0.0);
-            if age > staleness.as_secs_f64() || described.values.is_empty() {
+            if age > staleness.as_secs_f64() {
+                warn_lookback_ignored();
+                return None;
+            }
+            if described.values.is_empty() {
                 return None;
             }
             let age = Duration::from_secs_f64(age);
@@ -371,10 +399,11 @@ mod tests {
     }
 
     /// Every query groups by the pod's labels and their renames, so an answer holds
-    /// one sample per pod; and each names the staleness it was made for.
+    /// one sample per pod; none filters by time (that is the lookback's), and the
+    /// lookback is the staleness in seconds.
     #[test]
-    fn every_query_aggregates_by_pod_within_the_staleness() {
-        let qs = queries(Duration::from_millis(30_500));
+    fn every_query_aggregates_by_pod_and_the_lookback_is_the_staleness() {
+        let qs = queries();
         assert_eq!(qs.len(), 6);
         for q in &qs {
             assert!(
@@ -384,7 +413,9 @@ mod tests {
                 "{}",
                 q.promql
             );
-            assert!(q.promql.contains("time() - 30.5)"), "{}", q.promql);
+            assert!(!q.promql.contains("time()"), "{}", q.promql);
         }
+        assert_eq!(lookback_delta(Duration::from_millis(30_500)), "30.5");
+        assert_eq!(lookback_delta(Duration::from_secs(45)), "45");
     }
 }
