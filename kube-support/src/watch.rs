@@ -69,7 +69,22 @@ pub async fn watch<K>(
     api: kube::Api<K>,
     config: watcher::Config,
     what: &str,
-    mut on_change: impl FnMut(Change<K>),
+    on_change: impl FnMut(Change<K>),
+) where
+    K: kube::Resource + Clone + Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watch_kept(api, config, what, |object| object, on_change).await
+}
+
+/// [`watch`], keeping of each object only what `keep` makes of it as it arrives: a
+/// list of 50,000 pods is then 50,000 small records, never 50,000 whole objects
+/// (their metadata alone, `managedFields` and all, is kilobytes each).
+pub async fn watch_kept<K, T>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    what: &str,
+    mut keep: impl FnMut(K) -> T,
+    mut on_change: impl FnMut(Change<T>),
 ) where
     K: kube::Resource + Clone + Debug + serde::de::DeserializeOwned + Send + 'static,
 {
@@ -77,7 +92,7 @@ pub async fn watch<K>(
     let mut outage = Outage::default();
     loop {
         let events = watcher::watcher(api.clone(), config.clone());
-        if follow(events, what, &mut outage, &mut on_change).await {
+        if follow(events, what, &mut outage, &mut keep, &mut on_change).await {
             backoff.reset();
         }
         tokio::time::sleep(backoff.next_delay()).await;
@@ -90,20 +105,22 @@ pub struct Outage {
     logged: bool,
 }
 
-/// Feed one run of watch events to `on_change` until the stream fails or ends.
-/// Returns whether a list completed during the run (the API server answered in full).
-pub async fn follow<K, E, S>(
+/// Feed one run of watch events to `on_change`, each object as `keep` makes it, until
+/// the stream fails or ends. Returns whether a list completed during the run (the API
+/// server answered in full).
+pub async fn follow<K, T, E, S>(
     events: S,
     what: &str,
     outage: &mut Outage,
-    on_change: &mut impl FnMut(Change<K>),
+    keep: &mut impl FnMut(K) -> T,
+    on_change: &mut impl FnMut(Change<T>),
 ) -> bool
 where
     S: Stream<Item = Result<watcher::Event<K>, E>>,
     E: std::fmt::Display,
 {
     let mut events = std::pin::pin!(events);
-    let mut listing: Option<Vec<K>> = None;
+    let mut listing: Option<Vec<T>> = None;
     let mut listed = false;
     while let Some(event) = events.next().await {
         match event {
@@ -118,7 +135,7 @@ where
             Ok(watcher::Event::Init) => listing = Some(Vec::new()),
             Ok(watcher::Event::InitApply(object)) => {
                 if let Some(l) = listing.as_mut() {
-                    l.push(object);
+                    l.push(keep(object));
                 }
             }
             Ok(watcher::Event::InitDone) => {
@@ -129,8 +146,8 @@ where
                 listed = true;
                 on_change(Change::Listed(listing.take().unwrap_or_default()));
             }
-            Ok(watcher::Event::Apply(object)) => on_change(Change::Applied(object)),
-            Ok(watcher::Event::Delete(object)) => on_change(Change::Deleted(object)),
+            Ok(watcher::Event::Apply(object)) => on_change(Change::Applied(keep(object))),
+            Ok(watcher::Event::Delete(object)) => on_change(Change::Deleted(keep(object))),
         }
     }
     listed
@@ -151,10 +168,46 @@ mod tests {
             stream::iter(events),
             "test watch",
             &mut outage,
+            &mut |o| o,
             &mut |c| seen.push(c),
         ))
         .expect("a ready stream finishes at once");
         (seen, listed, outage.logged)
+    }
+
+    /// Lists, applies and deletes all carry what `keep` made of the object, made as
+    /// the object arrived.
+    #[test]
+    fn every_change_carries_what_keep_made_of_its_object() {
+        let mut seen = Vec::new();
+        let mut kept = Vec::new();
+        let events: Vec<Result<Event<&str>, &str>> = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply("a")),
+            Ok(Event::InitApply("bb")),
+            Ok(Event::InitDone),
+            Ok(Event::Apply("ccc")),
+            Ok(Event::Delete("a")),
+        ];
+        let _ = futures_util::FutureExt::now_or_never(follow(
+            stream::iter(events),
+            "test watch",
+            &mut Outage::default(),
+            &mut |o: &str| {
+                kept.push(o);
+                o.len()
+            },
+            &mut |c| seen.push(c),
+        ));
+        assert_eq!(
+            seen,
+            vec![
+                Change::Listed(vec![1, 2]),
+                Change::Applied(3),
+                Change::Deleted(1),
+            ]
+        );
+        assert_eq!(kept, ["a", "bb", "ccc", "a"]);
     }
 
     #[test]
@@ -205,6 +258,7 @@ mod tests {
                 stream::iter(events),
                 "test watch",
                 &mut outage,
+                &mut |o: &str| o,
                 &mut |c: Change<&str>| seen.push(c),
             ));
         }

@@ -8,7 +8,7 @@
 //!
 //! `cargo bench -p gpu-metrics-adapter --bench telemetry`
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,7 +28,7 @@ const PODS: usize = 10_000;
 
 fn fleet() -> Fleet {
     let now = Instant::now();
-    let pods: HashMap<_, _> = (0..PODS)
+    let pods: BTreeMap<_, _> = (0..PODS)
         .map(|i| {
             let values = PodValues {
                 values: BTreeMap::from([(GpuMetric::ALL[0], 50.0)]),

@@ -3,7 +3,7 @@
 //! (the served metrics, pod keys, per-pod values) is defined here so that sources
 //! write it and queries read it without either importing the other.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 /// The metrics the adapter serves: the five GPU metrics, with no configuration; the
@@ -136,10 +136,52 @@ pub struct Observed {
 /// The latest view of the fleet.
 #[derive(Debug, Clone, Default)]
 pub struct Fleet {
-    pub pods: HashMap<PodKey, Observed>,
+    /// Ordered by namespace then name, so a request reads its namespace's pods as one
+    /// range ([`in_namespace`]), not by a walk over the fleet's.
+    pub pods: BTreeMap<PodKey, Observed>,
     /// Targets in the last round, and how many answered.
     pub targets: usize,
     pub answered: usize,
     /// When a round last got at least one answer.
     pub last_answer: Option<Instant>,
+}
+
+/// The entries of `map` in `namespace`, by pod name in order: one range of the map,
+/// whatever the other namespaces hold.
+pub fn in_namespace<'a, V>(
+    map: &'a BTreeMap<PodKey, V>,
+    namespace: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a V)> + 'a {
+    map.range((namespace.to_string(), String::new())..)
+        .take_while(move |((ns, _), _)| ns == namespace)
+        .map(|((_, name), v)| (name.as_str(), v))
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+
+    /// A namespace's range holds its pods, in name order, and nothing of a namespace
+    /// whose name only starts like it or sorts next to it.
+    #[test]
+    fn in_namespace_reads_one_namespace_in_order() {
+        let map: BTreeMap<PodKey, u32> = [
+            ("ab", "x", 1),
+            ("a", "z", 2),
+            ("b", "a", 3),
+            ("a", "c", 4),
+            ("", "q", 5),
+        ]
+        .into_iter()
+        .map(|(ns, name, v)| ((ns.to_string(), name.to_string()), v))
+        .collect();
+        let a: Vec<(&str, &u32)> = in_namespace(&map, "a").collect();
+        assert_eq!(a, vec![("c", &4), ("z", &2)]);
+        assert_eq!(in_namespace(&map, "ab").count(), 1);
+        assert_eq!(in_namespace(&map, "c").count(), 0);
+        assert_eq!(
+            in_namespace(&map, "").map(|(n, _)| n).collect::<Vec<_>>(),
+            ["q"]
+        );
+    }
 }

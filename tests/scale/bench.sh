@@ -15,7 +15,8 @@
 # -p e2e-tests --bin fleet-sim`), wrk, python3.
 #
 # Settings (environment): GPUS (100000), SCRAPE_INTERVAL (15s), ADAPTER_INTERVAL (5s),
-# RELIST_INTERVAL (30s, prometheus-adapter's), BENCH_SECONDS (30), and OUR_ADAPTER_ARGS
+# RELIST_INTERVAL (30s, prometheus-adapter's), BENCH_SECONDS (30), ENGINE_NICE (0; see
+# engine.sh), MAX_STALENESS (3 scrapes), QUERY_TIMEOUT (30s) and OUR_ADAPTER_ARGS
 # (default: the bounds a fleet this size needs, below).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,9 +30,11 @@ command -v wrk >/dev/null || { echo "bench.sh: wrk is needed" >&2; exit 1; }
 # interval (three scrapes). And connections: wrk's 1,000 come from one loopback address,
 # past the default 64 per address (in a cluster they come through the aggregator).
 pods_bound=$((gpus * 6 / 10 + 1000))
+# At 100,000 GPUs on 2 cores a round takes 30-50 s of engine time: values then need
+# MAX_STALENESS=90s and QUERY_TIMEOUT=60s to outlive a round.
 scrape=${SCRAPE_INTERVAL:-15s}
-staleness=$((${scrape%s} * 3))s
-export OUR_ADAPTER_ARGS=${OUR_ADAPTER_ARGS:---max-pods $pods_bound --prometheus-max-series $((pods_bound * 6)) --max-response-size 64Mi --max-in-flight-size 128Mi --scrape-timeout 30s --max-staleness $staleness --max-connections 1100 --max-connections-per-address 1100}
+staleness=${MAX_STALENESS:-$((${scrape%s} * 3))s}
+export OUR_ADAPTER_ARGS=${OUR_ADAPTER_ARGS:---max-pods $pods_bound --prometheus-max-series $((pods_bound * 6)) --max-response-size 64Mi --max-in-flight-size 128Mi --scrape-timeout ${QUERY_TIMEOUT:-30s} --max-staleness $staleness --max-connections 1100 --max-connections-per-address 1100}
 rm -rf "$dir"
 cleanup() { [ "${KEEP:-0}" = 1 ] || bash "$here/engine.sh" down "$dir"; }
 trap cleanup EXIT

@@ -30,6 +30,11 @@
 # metrics API; the admin client certificate (DIR/kube/pki/admin.*) works too.
 # Extra flags for ours: $OUR_ADAPTER_ARGS (whitespace-separated).
 #
+# ENGINE_NICE=N runs the fleet and the engine (fleet-sim, shards, sidecars, Thanos
+# query) at nice N: on one small machine that stands for the engine having machines
+# of its own, as in a cluster, so the adapters' answer latency is not the engine's
+# CPU queue (the engine then gets what the adapters leave).
+#
 # Everything listens on 127.0.0.1 at free ports; DIR gets env (URLs, ports, paths),
 # logs/ and pids/. Binaries: $RUST_BIN_DIR (target/debug: fleet-sim,
 # gpu-metrics-adapter), $KUBE_BIN_DIR (target/kube/bin: prometheus, thanos,
@@ -71,6 +76,7 @@ per_group=${NODES_PER_GROUP:-50}
 scrape_interval=${SCRAPE_INTERVAL:-15s}
 step_seconds=${STEP_SECONDS:-0}
 with_adapters=${WITH_ADAPTERS:-0}
+engine=(nice -n "${ENGINE_NICE:-0}")
 needed=("$rust/fleet-sim" "$bin/prometheus" "$bin/thanos")
 [ "$with_adapters" = 0 ] || needed+=("$rust/gpu-metrics-adapter" "$bin/prometheus-adapter")
 for b in "${needed[@]}"; do
@@ -81,7 +87,7 @@ done
 
 fleet_port=$(free_port)
 fleet=http://127.0.0.1:$fleet_port
-start fleet-sim "$rust/fleet-sim" --gpus "$gpus" --nodes-per-group "$per_group" \
+start fleet-sim "${engine[@]}" "$rust/fleet-sim" --gpus "$gpus" --nodes-per-group "$per_group" \
     --listen "127.0.0.1:$fleet_port" --step-seconds "$step_seconds"
 wait_for fleet-sim 30 curl -fs "$fleet/-/ready"
 curl -fs "$fleet/shape" >"$dir/shape.json"
@@ -117,13 +123,13 @@ scrape_configs:
 EOF
     port=$(free_port)
     # Equal block durations: no local compaction under the sidecar, as Thanos asks.
-    start "prometheus-$shard" "$bin/prometheus" --config.file "$sdir/prometheus.yml" \
+    start "prometheus-$shard" "${engine[@]}" "$bin/prometheus" --config.file "$sdir/prometheus.yml" \
         --storage.tsdb.path "$sdir/data" --web.listen-address "127.0.0.1:$port" \
         --storage.tsdb.min-block-duration 2h --storage.tsdb.max-block-duration 2h \
         --storage.tsdb.retention.time 6h --log.level warn
     prom_urls+=("http://127.0.0.1:$port")
     grpc=$(free_port)
-    start "sidecar-$shard" "$bin/thanos" sidecar \
+    start "sidecar-$shard" "${engine[@]}" "$bin/thanos" sidecar \
         --prometheus.url "http://127.0.0.1:$port" --tsdb.path "$sdir/data" \
         --grpc-address "127.0.0.1:$grpc" --http-address "127.0.0.1:$(free_port)" \
         --log.level warn
@@ -134,7 +140,7 @@ for url in "${prom_urls[@]}"; do
 done
 query_port=$(free_port)
 thanos=http://127.0.0.1:$query_port
-start thanos-query "$bin/thanos" query --http-address "127.0.0.1:$query_port" \
+start thanos-query "${engine[@]}" "$bin/thanos" query --http-address "127.0.0.1:$query_port" \
     --grpc-address "127.0.0.1:$(free_port)" --endpoint "${endpoints[0]}" \
     --endpoint "${endpoints[1]}" --log.level warn
 wait_for "thanos query" 60 curl -fs "$thanos/-/ready"
@@ -225,7 +231,8 @@ EXTRA_SANS=DNS:localhost,IP:127.0.0.1 bash "$root/deploy/overlays/static-certs/g
 ours_port=$(free_port)
 theirs_port=$(free_port)
 read -r -a our_extra <<<"${OUR_ADAPTER_ARGS:-}"
-start gpu-metrics-adapter env RUST_LOG=info "$rust/gpu-metrics-adapter" \
+# MALLOC_ARENA_MAX as the adapter's image sets it (deploy/images/adapter.Containerfile).
+start gpu-metrics-adapter env RUST_LOG=info MALLOC_ARENA_MAX=2 "$rust/gpu-metrics-adapter" \
     --bind-address 127.0.0.1 --secure-port "$ours_port" --grpc-port "$(free_port)" \
     --tls-cert-file "$dir/certs/tls.crt" --tls-private-key-file "$dir/certs/tls.key" \
     --kubeconfig "$dir/kube/kubeconfig" --prometheus-url "$thanos" \

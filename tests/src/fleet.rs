@@ -46,57 +46,45 @@ const PCI: [&str; 8] = [
     "00000000:DB:00.0",
 ];
 
-/// (name, HELP, TYPE), in the order the exporter serves them.
-pub const FAMILIES: [(&str, &str, &str); 12] = [
-    (
-        "DCGM_FI_DEV_SM_CLOCK",
-        "SM clock frequency (in MHz).",
-        "gauge",
-    ),
-    (
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "Memory clock frequency (in MHz).",
-        "gauge",
-    ),
-    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gauge"),
-    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gauge"),
-    (
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "Total energy consumption since boot (in mJ).",
-        "counter",
-    ),
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gauge"),
-    (
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "Memory utilization (in %).",
-        "gauge",
-    ),
-    (
-        "DCGM_FI_DEV_FB_FREE",
-        "Framebuffer memory free (in MiB).",
-        "gauge",
-    ),
-    (
-        "DCGM_FI_DEV_FB_USED",
-        "Framebuffer memory used (in MiB).",
-        "gauge",
-    ),
-    (
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "Ratio of time the graphics engine is active.",
-        "gauge",
-    ),
-    (
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-        "gauge",
-    ),
-    (
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-        "gauge",
-    ),
+/// The families served, in the order the exporter serves them (the order of its
+/// default counters); their HELP and TYPE are the exporter's ([`headers`]).
+pub const FAMILIES: [&str; 12] = [
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
 ];
+
+/// Each family's `# HELP` and `# TYPE` lines as gpu-exporter writes them, from its
+/// own default counters (one source for both), in [`FAMILIES`] order.
+fn headers() -> &'static [String; 12] {
+    static HEADERS: std::sync::OnceLock<[String; 12]> = std::sync::OnceLock::new();
+    HEADERS.get_or_init(|| {
+        use gpu_exporter::plan::counters::{DEFAULT_COUNTERS, MetricType, plan};
+        let (plan, _) = plan(DEFAULT_COUNTERS, "default-counters.csv")
+            .expect("the exporter's built-in counters plan");
+        FAMILIES.map(|name| {
+            let m = plan
+                .metrics
+                .iter()
+                .find(|m| m.name == name)
+                .unwrap_or_else(|| panic!("{name} is not in the exporter's default counters"));
+            let kind = match m.metric_type {
+                MetricType::Gauge => "gauge",
+                MetricType::Counter => "counter",
+            };
+            format!("# HELP {name} {}\n# TYPE {name} {kind}\n", m.help)
+        })
+    })
+}
 
 /// Families a MIG instance has (the rest are device-wide, on the physical GPU only).
 const MIG_FAMILIES: [&str; 5] = [
@@ -449,7 +437,7 @@ impl Fleet {
             let line = |out: &mut String, labels: &str, value: &str| {
                 let _ = writeln!(out, "{{{labels}}} {value}");
             };
-            for (i, (name, _, _)) in FAMILIES.iter().enumerate() {
+            for (i, name) in FAMILIES.iter().enumerate() {
                 let o = &mut out[i];
                 let mut put = |labels: &str, value: String| {
                     o.push_str(name);
@@ -528,8 +516,8 @@ impl Fleet {
             Fleet::render_node(node, step, &mut families);
         }
         let mut out = String::with_capacity(families.iter().map(String::len).sum::<usize>() + 2048);
-        for ((name, help, kind), body) in FAMILIES.iter().zip(&families) {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (header, body) in headers().iter().zip(&families) {
+            out.push_str(header);
             out.push_str(body);
         }
         out

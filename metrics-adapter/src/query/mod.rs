@@ -11,7 +11,7 @@ pub mod expr;
 pub mod trigger;
 
 use crate::error::Error;
-use crate::fleet::{Fleet, GpuMetric, Observed, PodKey};
+use crate::fleet::{Fleet, GpuMetric, Observed, PodKey, in_namespace};
 use crate::source::pods::{PodIndex, Workload};
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -134,51 +134,38 @@ pub fn pod_values(
     now: Instant,
     staleness: Duration,
 ) -> Result<Answer, Error> {
-    // The covered pods' names, sorted.
+    // The covered pods' names, sorted; each scope reads one namespace's range.
     let mut names: Vec<&str> = match scope {
         Scope::Pod(name) => vec![name],
         Scope::Selected(sel) if sel.is_empty() => {
             // No selector: every pod with data, even before the pod watch syncs.
-            let mut n: Vec<&str> = fleet
-                .pods
-                .keys()
-                .filter(|(ns, _)| ns == namespace)
-                .map(|(_, name)| name.as_str())
+            let mut n: Vec<&str> = in_namespace(&fleet.pods, namespace)
+                .map(|(name, _)| name)
                 .collect();
             if pods.synced {
-                n.extend(
-                    pods.pods
-                        .keys()
-                        .filter(|(ns, _)| ns == namespace)
-                        .map(|(_, name)| name.as_str()),
-                );
+                n.extend(in_namespace(&pods.pods, namespace).map(|(name, _)| name));
             }
             n
         }
-        Scope::Namespace => fleet
-            .pods
-            .keys()
-            .filter(|(ns, _)| ns == namespace)
-            .map(|(_, name)| name.as_str())
+        Scope::Namespace => in_namespace(&fleet.pods, namespace)
+            .map(|(name, _)| name)
             .collect(),
         Scope::Selected(sel) => {
             if !pods.synced {
                 return Err(Error::PodsUnknown);
             }
-            pods.pods
-                .iter()
-                .filter(|((ns, _), info)| ns == namespace && sel.matches(&info.labels))
-                .map(|((_, name), _)| name.as_str())
+            in_namespace(&pods.pods, namespace)
+                .filter(|(_, info)| sel.matches(&info.labels))
+                .map(|(name, _)| name)
                 .collect()
         }
         Scope::Workload(w) => {
             if !pods.synced {
                 return Err(Error::PodsUnknown);
             }
-            pods.pods
-                .iter()
-                .filter(|((ns, _), info)| ns == namespace && info.workloads.contains(w))
-                .map(|((_, name), _)| name.as_str())
+            in_namespace(&pods.pods, namespace)
+                .filter(|(_, info)| info.workloads.contains(w))
+                .map(|(name, _)| name)
                 .collect()
         }
     };

@@ -99,8 +99,9 @@ impl Default for SourceMetrics {
             scrapes: Family::default(),
             rejections: Family::default(),
             over_labels: Counter::default(),
-            // 10 ms to ~20 s, factor 3: a round is bounded by --scrape-timeout.
-            round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 8)),
+            // 10 ms to ~3 min, factor 3: a Prometheus source's round through Thanos
+            // took 30-40 s at 100,000 GPUs (docs/benchmarks/fleet-scale.md).
+            round_duration: Histogram::new(exponential_buckets(0.01, 3.0, 10)),
             signal_reads: Family::default(),
             info_fetches: Family::default(),
             samples_refused: Family::default(),

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube_support::watch::Change;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The workload a pod belongs to.
@@ -29,12 +29,12 @@ pub struct PodInfo {
     pub workloads: Vec<Workload>,
 }
 
-/// Every pod, by (namespace, name).
+/// Every pod, by (namespace, name), in that order (see [`crate::fleet::in_namespace`]).
 #[derive(Debug, Clone, Default)]
 pub struct PodIndex {
     pub synced: bool,
     pub up: bool,
-    pub pods: HashMap<(String, String), PodInfo>,
+    pub pods: BTreeMap<(String, String), PodInfo>,
 }
 
 /// The workloads owning a pod: its controller, and a Deployment through its
@@ -76,13 +76,16 @@ pub fn workloads(
     out
 }
 
-fn key_and_info(meta: &PartialObjectMeta<Pod>) -> Option<((String, String), PodInfo)> {
-    let m = &meta.metadata;
+/// What the index keeps of a pod, made as it arrives (the rest of its metadata,
+/// `managedFields` and all, is dropped at once).
+fn key_and_info(meta: PartialObjectMeta<Pod>) -> Option<((String, String), PodInfo)> {
+    let m = meta.metadata;
+    let workloads = workloads(&m);
     Some((
-        (m.namespace.clone()?, m.name.clone()?),
+        (m.namespace?, m.name?),
         PodInfo {
-            labels: m.labels.clone().unwrap_or_default(),
-            workloads: workloads(m),
+            labels: m.labels.unwrap_or_default(),
+            workloads,
         },
     ))
 }
@@ -92,14 +95,15 @@ fn key_and_info(meta: &PartialObjectMeta<Pod>) -> Option<((String, String), PodI
 pub async fn watch(client: kube::Client, store: Arc<ArcSwap<PodIndex>>) {
     let api: kube::Api<PartialObjectMeta<Pod>> = kube::Api::all(client);
     let mut index = PodIndex::default();
-    kube_support::watch::watch(api, watcher::Config::default(), "pod watch", |change| {
+    let config = watcher::Config::default();
+    kube_support::watch::watch_kept(api, config, "pod watch", key_and_info, |change| {
         let changed = match change {
             Change::Failed => {
                 index.up = false;
                 true
             }
             Change::Listed(pods) => {
-                index.pods = pods.iter().filter_map(key_and_info).collect();
+                index.pods = pods.into_iter().flatten().collect();
                 if !index.synced {
                     tracing::info!(pods = index.pods.len(), "pod watch synced");
                 }
@@ -107,11 +111,11 @@ pub async fn watch(client: kube::Client, store: Arc<ArcSwap<PodIndex>>) {
                 index.up = true;
                 true
             }
-            Change::Applied(meta) => match key_and_info(&meta) {
+            Change::Applied(kept) => match kept {
                 Some((k, info)) => index.pods.insert(k, info.clone()) != Some(info),
                 None => false,
             },
-            Change::Deleted(meta) => match key_and_info(&meta) {
+            Change::Deleted(kept) => match kept {
                 Some((k, _)) => index.pods.remove(&k).is_some(),
                 None => false,
             },

@@ -461,21 +461,24 @@ fn publish(
     targets: usize,
     last_answer: Option<Instant>,
 ) {
-    // Sized at once: a map doubling its way up to 100,000 pods leaves the sizes it
-    // passed through to the allocator, at every publication.
-    let mut pods = HashMap::with_capacity(per_target.values().map(|(v, _, _)| v.len()).sum());
+    // Gathered, then built at once: the map is bulk-built from the sorted entries in
+    // nodes of its final size, never grown insert by insert (a map growing its way up
+    // to 100,000 pods leaves the sizes it passed through to the allocator, at every
+    // publication).
+    let mut entries = Vec::with_capacity(per_target.values().map(|(v, _, _)| v.len()).sum());
     for (values, at, seen) in per_target.values() {
         for (pod, v) in values {
-            pods.insert(
+            entries.push((
                 pod.clone(),
                 Observed {
                     values: v.clone(),
                     at: *at,
                     seen: *seen,
                 },
-            );
+            ));
         }
     }
+    let pods = entries.into_iter().collect();
     let answered = per_target
         .keys()
         .filter(|u| !failing.contains_key(*u))

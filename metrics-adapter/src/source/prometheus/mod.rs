@@ -18,8 +18,8 @@ pub(crate) use answer::query_value;
 use answer::{Budget, decode_answer};
 use arc_swap::ArcSwap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A Prometheus-compatible query API and how to be let in: the one query client of
@@ -137,20 +137,23 @@ fn encode_query(q: &str) -> String {
     out
 }
 
-/// One instant query at `time` with the staleness as its lookback, each sample handed
-/// to `take` as it is decoded. At
-/// most [`PROMETHEUS_QUERIES`] run at once (`slots`); the answer's bytes stay in the
-/// in-flight budget until decoded.
+/// One instant query at `time` with the staleness as its lookback, decoded into the
+/// round's pods as `answers`. At most [`PROMETHEUS_QUERIES`] run at once (`slots`);
+/// the answer's bytes stay in the in-flight budget until decoded.
+///
+/// Decoding runs on the blocking pool, not on the workers that answer API requests:
+/// at 50,000 pods an answer is about 10 MB, tens of milliseconds of parsing, which on
+/// a worker would put requests queued behind it.
 #[allow(clippy::too_many_arguments)]
 async fn instant_query(
     client: &super::http_client::Client,
     opts: &PrometheusOptions,
     token: Option<&str>,
-    query: &str,
+    query: &pushdown::PodQuery,
     time: f64,
     slots: &tokio::sync::Semaphore,
-    budget: &Budget,
-    take: impl FnMut(answer::VectorSample),
+    budget: &Arc<Budget>,
+    gathered: &Arc<Mutex<pushdown::Gathered>>,
 ) -> Result<(), Error> {
     let _slot = slots
         .acquire()
@@ -161,13 +164,48 @@ async fn instant_query(
         .instant(
             client,
             token,
-            query,
+            &query.promql,
             Some((time, &pushdown::lookback_delta(opts.staleness))),
             &opts.limits,
             opts.timeout,
         )
         .await?;
-    decode_answer(answer.status, &answer.body, budget, take)
+    let (budget, gathered, answers) = (budget.clone(), gathered.clone(), query.answers);
+    off_the_workers(move || {
+        let mut gathered = gathered
+            .lock()
+            .map_err(|_| Error::Scrape("a round's decoding panicked".into()))?;
+        decode_into(answer.status, &answer.body, &budget, answers, &mut gathered)
+    })
+    .await
+}
+
+/// Decode one answer into the round's pods; the first refusal (the pod budget) ends it.
+fn decode_into(
+    status: axum::http::StatusCode,
+    body: &[u8],
+    budget: &Budget,
+    answers: pushdown::Answer,
+    gathered: &mut pushdown::Gathered,
+) -> Result<(), Error> {
+    let mut refused = None;
+    decode_answer(status, body, budget, |s| {
+        if refused.is_none()
+            && let Err(e) = gathered.take(answers, pushdown::row(s))
+        {
+            refused = Some(e);
+        }
+    })?;
+    refused.map_or(Ok(()), Err)
+}
+
+/// Run `work` (CPU-bound, tens of milliseconds) on the blocking pool.
+async fn off_the_workers<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Scrape(format!("decoding a round's answer stopped: {e}")))?
 }
 
 /// One round: the per-pod queries, all evaluated at the same instant so that their
@@ -183,28 +221,36 @@ async fn round(
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let slots = tokio::sync::Semaphore::new(PROMETHEUS_QUERIES);
-    let budget = Budget::new(opts.max_series);
-    let (slots, budget) = (&slots, &budget);
+    let budget = Arc::new(Budget::new(opts.max_series));
+    let gathered = Arc::new(Mutex::new(pushdown::Gathered::new(
+        now_unix,
+        opts.limits.max_pods,
+    )));
+    let (slots, budget_ref, gathered_ref) = (&slots, &budget, &gathered);
     let queries = pushdown::queries();
-    let answers = futures_util::future::join_all(queries.iter().map(|q| async move {
-        let mut rows = Vec::new();
+    let answered = futures_util::future::try_join_all(queries.iter().map(|q| async move {
         instant_query(
             client,
             opts,
             token,
-            &q.promql,
+            q,
             now_unix,
             slots,
-            budget,
-            |s| rows.push(pushdown::row(s)),
+            budget_ref,
+            gathered_ref,
         )
         .await
-        .map(|()| (q.answers, rows))
     }))
     .await;
     opts.metrics
         .series_over_labels(budget.over_labels.load(Ordering::Relaxed));
-    pushdown::assemble(answers, now_unix, opts.staleness, opts.limits.max_pods)
+    answered?;
+    let gathered = Arc::try_unwrap(gathered)
+        .map_err(|_| Error::Scrape("a round's answers are still being decoded".into()))?
+        .into_inner()
+        .map_err(|_| Error::Scrape("a round's decoding panicked".into()))?;
+    let staleness = opts.staleness;
+    off_the_workers(move || Ok(pushdown::assemble(gathered, staleness))).await
 }
 
 /// A round's answers, given as bodies (one per query of [`pushdown::queries`], in
@@ -219,16 +265,11 @@ pub fn decode_round(
 ) -> Result<Fleet, Error> {
     let budget = Budget::new(max_series);
     let ok = axum::http::StatusCode::OK;
-    let answers = pushdown::queries()
-        .iter()
-        .zip(bodies)
-        .map(|(q, body)| {
-            let mut rows = Vec::new();
-            decode_answer(ok, body, &budget, |s| rows.push(pushdown::row(s)))
-                .map(|()| (q.answers, rows))
-        })
-        .collect();
-    pushdown::assemble(answers, now_unix, staleness, max_pods)
+    let mut gathered = pushdown::Gathered::new(now_unix, max_pods);
+    for (q, body) in pushdown::queries().iter().zip(bodies) {
+        decode_into(ok, body, &budget, q.answers, &mut gathered)?;
+    }
+    Ok(pushdown::assemble(gathered, staleness))
 }
 
 /// The query client for `opts` (see [`Endpoint::client`]).
