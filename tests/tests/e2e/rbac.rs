@@ -6,8 +6,8 @@
 //! The source is read, not parsed: every `Api<T>` the code declares (a `let`, a field or
 //! a parameter) names a variable, and every use of that variable is a call: a method
 //! (`get_opt`, `create`, …) or a watch (`watcher(api, …)`, kube-support's
-//! `watch::watch(api, …)`). A use the scanner cannot classify fails the test, so a new
-//! call cannot slip past it.
+//! `watch::watch(api, …)` and `watch::watch_kept(api, …)`). A use the scanner cannot
+//! classify fails the test, so a new call cannot slip past it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -58,8 +58,14 @@ fn verbs_of(method: &str) -> &'static [&'static str] {
 }
 
 /// Functions that list and watch the Api they are given (kube's watchers and
-/// kube-support's watch, which runs kube's watcher).
-const WATCHERS: [&str; 4] = ["watcher(", "metadata_watcher(", "watch::watch(", "watch("];
+/// kube-support's watch and watch_kept, which run kube's watcher).
+const WATCHERS: [&str; 5] = [
+    "watcher(",
+    "metadata_watcher(",
+    "watch::watch(",
+    "watch(",
+    "watch_kept(",
+];
 
 /// Every call the code under `dir` makes, by the type it makes it on; a type that is a
 /// generic parameter (kube-support's plumbing) is reported as `"<generic>"`.
