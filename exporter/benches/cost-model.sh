@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Idle CPU on the cost-modelled fake NVML (GPU_SIM_COST_MODEL=h100-580: every call
-# spends the real H100/580 driver's median CPU time, docs/simulation.md): ours with
-# dcgm-exporter's default counters and with every field, each with every field read
+# Idle CPU on the cost-modelled fake NVML (GPU_SIM_COST_MODEL=h100-580 or h200-580: every
+# call spends the real H100's or H200's (driver 580) median CPU time, docs/simulation.md):
+# ours with dcgm-exporter's default counters and with every field, each with every field read
 # every cycle (`--field-periods '*=0'`, before read periods) and with the default read
 # periods, then the peers (exporter/benches/peers.py --parts native) on the same fake.
 # The figures are modelled, not measured on a GPU.
 #
 #   bash exporter/benches/cost-model.sh            # JSON lines on stdout
 #
-# Knobs: SECONDS_IDLE (60), SCENARIO (the real H100's: tests/fixtures/real-gpu/
-# h100-80gb-hbm3-580.159.04/scenario.toml, one GPU), GPUS (1), PEERS_DIR (target/peers),
+# Knobs: COST_MODEL (h100-580, or h200-580), SECONDS_IDLE (60), SCENARIO (the model's
+# own machine: tests/fixtures/real-gpu/<its directory>/scenario.toml, one GPU), GPUS (1),
+# PEERS_DIR (target/peers),
 # ONLY_OURS=1 (skip the peers). Builds the release fake and exporter unless
 # GPU_EXPORTER_BIN and FAKE_NVML_LIB are set.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 seconds=${SECONDS_IDLE:-60}
-scenario=${SCENARIO:-$root/tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04/scenario.toml}
+model=${COST_MODEL:-h100-580}
+case $model in
+    h100-580) machine=h100-80gb-hbm3-580.159.04 ;;
+    h200-580) machine=h200-141gb-hbm3e-580.159.04 ;;
+    *) echo "COST_MODEL=$model: not a model (h100-580, h200-580)" >&2; exit 2 ;;
+esac
+scenario=${SCENARIO:-$root/tests/fixtures/real-gpu/$machine/scenario.toml}
 gpus=${GPUS:-1}
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 if [[ -z ${GPU_EXPORTER_BIN:-} || -z ${FAKE_NVML_LIB:-} ]]; then
@@ -30,7 +37,7 @@ trap 'rm -rf "$lib_dir"' EXIT
 ln -s "$(readlink -f "$fake")" "$lib_dir/libnvidia-ml.so.1"
 ln -s "$(readlink -f "$fake")" "$lib_dir/libnvidia-ml.so"
 
-export GPU_SIM_COST_MODEL=h100-580 GPU_SIM_SCENARIO=$scenario GPU_SIM_FROZEN_AT_S=100
+export GPU_SIM_COST_MODEL=$model GPU_SIM_SCENARIO=$scenario GPU_SIM_FROZEN_AT_S=100
 export LD_LIBRARY_PATH="$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 idle() { python3 exporter/benches/idle_cpu.py --gpus "$gpus" --seconds "$seconds" --label "$1" -- "${@:2}"; }
 ours=("$bin" --nvml-lib "$lib_dir/libnvidia-ml.so.1" -c 1000)

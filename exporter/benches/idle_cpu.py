@@ -51,12 +51,14 @@ def cpu_ticks(pid):
 
 
 def task_ns(pid):
-    """{tid: on-CPU nanoseconds} of every thread of pid (schedstat's first field)."""
+    """{tid: (name, on-CPU nanoseconds)} of every thread of pid (schedstat's first field)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                out[tid] = int(f.read().split()[0])
+                ns = int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                out[tid] = (f.read().strip(), ns)
         except (OSError, ValueError, IndexError):
             pass
     return out
@@ -86,8 +88,13 @@ def main():
         t1, n1, w1 = cpu_ticks(proc.pid), task_ns(proc.pid), time.monotonic()
         s1 = samples(url)
         ticks_s = (t1 - t0) / hz
+        # Per thread name (the exporter names its threads: sampler, sampler-worker,
+        # nvml-events, http), so a run says where the time went.
+        threads_ms = {}
+        for t, (name, ns) in n1.items():
+            threads_ms[name] = threads_ms.get(name, 0) + (ns - n0.get(t, (name, 0))[1]) / 1e6
         if n0 and set(n0) <= set(n1):
-            cpu_s, source = sum(n1[t] - n0.get(t, 0) for t in n1) / 1e9, "schedstat"
+            cpu_s, source = sum(threads_ms.values()) / 1e3, "schedstat"
         else:
             cpu_s, source = ticks_s, "stat-ticks"
         pct = 100 * cpu_s / (w1 - w0)
@@ -102,6 +109,7 @@ def main():
             "cpu_pct_of_core": round(pct, 3),
             "cpu_pct_of_core_per_gpu": round(pct / a.gpus, 3),
             "cpu_ms_per_cycle": round(1000 * cpu_s / max(s1 - s0, 1), 3),
+            "threads_ms": {k: round(v, 2) for k, v in sorted(threads_ms.items())},
         }), flush=True)
     finally:
         proc.terminate()

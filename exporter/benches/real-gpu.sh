@@ -18,6 +18,7 @@
 #   sweep.json                   tests/fidelity/sweep.py (every pynvml getter's outcome)
 #   nvidia-smi-q.xml, machine.txt, peers.json
 #   nvml-latency.json, .txt      exporter/benches/nvml-latency.py (each NVML call timed)
+#   gpm-fresh-pairs.json         exporter/benches/gpm-fresh-pairs.py (GPM on fresh sample pairs)
 #   nvml-cycle-under-load.txt, nvml-cycle-idle.txt   criterion, with and without the load
 #   idle-cpu.json                exporter/benches/idle_cpu.py at -c 1000: default counters and
 #                                every field, each read every cycle and at the read periods
@@ -139,6 +140,10 @@ timeout 300 python3 tests/fidelity/sweep.py | scrub >"$out/sweep.json" || echo "
 # Where a cycle's time goes: each NVML call timed alone, idle GPU.
 timeout 300 python3 exporter/benches/nvml-latency.py >"$out/nvml-latency.json" 2>"$out/nvml-latency.txt" ||
     echo "nvml-latency.py failed: $?"
+# GPM as the sampler calls it (a fresh sample pair a second apart), which costs more
+# than nvml-latency.py's back-to-back calls; the cost model takes these over them.
+timeout 120 python3 exporter/benches/gpm-fresh-pairs.py >"$out/gpm-fresh-pairs.json" 2>>"$out/nvml-latency.txt" ||
+    echo "gpm-fresh-pairs.py failed: $?"
 
 # Idle CPU at -c 1000, the measure exporter/benches/cost-model.sh takes on the
 # cost-modelled fake: these confirm or correct the model (docs/benchmarks/cost-model.md).

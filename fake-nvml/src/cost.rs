@@ -9,6 +9,11 @@
 //! - `h100-580`: one H100 80GB HBM3, driver 580.159.04
 //!   (`h100-80gb-hbm3-580.159.04/nvml-latency.json`, written by
 //!   `exporter/benches/nvml-latency.py`: each call timed alone, idle GPU, medians).
+//! - `h200-580`: one H200, driver 580.159.04 (`h200-141gb-hbm3e-580.159.04/`): its
+//!   `nvml-latency.json`, whose GPM entries `gpm-fresh-pairs.json` replaces
+//!   (`exporter/benches/gpm-fresh-pairs.py`: a sample and the metrics on a fresh pair a
+//!   second apart, as a sampler calls them, which the real driver answers for more
+//!   than back-to-back calls on one pair: 296 µs against 38 µs for the sample).
 //!
 //! What a call costs under a model:
 //! - a function the file times (`getters`, `events`, `gpm`): its median. A versioned
@@ -28,20 +33,34 @@
 //!
 //! The time is spent by spinning on the thread's CPU clock, so a preempted spin still
 //! spends the whole cost in CPU time; except for the calls in [`WAITS`], which the driver
-//! spends waiting (the PCIe throughput's 20 ms sample): those sleep. The file's medians
-//! are wall times; for every other call the model takes them as CPU time, which the
-//! real H100's idle CPU bore out (0.61–0.73 % of a core measured, 0.62 % modelled).
+//! spends mostly waiting (the PCIe throughput's 20 ms sample): those spin their CPU
+//! median where the file has one (`cpu_median_us`: 0.92 ms of the H200's 21 ms) and
+//! sleep the rest. The file's medians are wall times; for every other call the model
+//! takes them as CPU time, which the H200 file's CPU medians bear out (within 1 % for
+//! every call that does not wait) and the real H100's idle CPU did (0.61–0.73 % of a
+//! core measured, 0.62 % modelled).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 pub const COST_MODEL_ENV: &str = "GPU_SIM_COST_MODEL";
 
-/// The models: name and the latency file it is read from.
-const MODELS: &[(&str, &str)] = &[(
-    "h100-580",
-    include_str!("../../tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04/nvml-latency.json"),
-)];
+/// The models: name, the latency file it is read from, and the file whose `gpm`
+/// entries replace that file's, if any.
+const MODELS: &[(&str, &str, Option<&str>)] = &[
+    (
+        "h100-580",
+        include_str!("../../tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04/nvml-latency.json"),
+        None,
+    ),
+    (
+        "h200-580",
+        include_str!("../../tests/fixtures/real-gpu/h200-141gb-hbm3e-580.159.04/nvml-latency.json"),
+        Some(include_str!(
+            "../../tests/fixtures/real-gpu/h200-141gb-hbm3e-580.159.04/gpm-fresh-pairs.json"
+        )),
+    ),
+];
 
 /// Calls whose cost is the sum of their items' (charged by [`charge_fields`] and
 /// [`charge_gpm_metrics`]), not a per-call median.
@@ -68,7 +87,7 @@ pub enum CostModelError {
 fn model_names() -> String {
     MODELS
         .iter()
-        .map(|(n, _)| *n)
+        .map(|(n, _, _)| *n)
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -78,6 +97,8 @@ fn model_names() -> String {
 pub struct Model {
     pub name: &'static str,
     calls: HashMap<String, u64>,
+    /// The CPU part of calls the file gives one for (`cpu_median_us`), where it differs.
+    calls_cpu: HashMap<String, u64>,
     fields: HashMap<u32, u64>,
     gpm_metrics: HashMap<u32, u64>,
     pub gpm_metric_default_ns: u64,
@@ -101,19 +122,33 @@ fn median(mut v: Vec<u64>) -> u64 {
 impl Model {
     /// The model called `name`.
     pub fn named(name: &str) -> Result<Model, CostModelError> {
-        let (name, text) = MODELS
+        let (name, text, gpm) = MODELS
             .iter()
-            .find(|(n, _)| *n == name)
+            .find(|(n, _, _)| *n == name)
             .ok_or_else(|| CostModelError::Unknown(name.to_owned()))?;
-        Model::parse(name, text).map_err(|reason| CostModelError::BadFile {
+        Model::parse(name, text, *gpm).map_err(|reason| CostModelError::BadFile {
             model: (*name).to_owned(),
             reason,
         })
     }
 
-    fn parse(name: &'static str, text: &str) -> Result<Model, String> {
+    fn parse(name: &'static str, text: &str, gpm: Option<&str>) -> Result<Model, String> {
         use serde_json::Value;
-        let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(gpm) = gpm {
+            let over: Value = serde_json::from_str(gpm).map_err(|e| format!("gpm file: {e}"))?;
+            let over = over
+                .get("gpm")
+                .and_then(Value::as_object)
+                .ok_or("gpm file: no \"gpm\" object")?;
+            let into = doc
+                .get_mut("gpm")
+                .and_then(Value::as_object_mut)
+                .ok_or("no \"gpm\" object")?;
+            for (k, v) in over {
+                into.insert(k.clone(), v.clone());
+            }
+        }
         let section = |key: &str| -> Result<&serde_json::Map<String, Value>, String> {
             doc.get(key)
                 .and_then(Value::as_object)
@@ -127,11 +162,21 @@ impl Model {
                 .ok_or_else(|| format!("{key:?} has no median_us"))
         };
         let mut calls = HashMap::new();
+        let mut calls_cpu = HashMap::new();
         for key in ["getters", "events"] {
             for (k, v) in section(key)? {
-                // "nvmlEventSetWait_v2(timeout 0)": the function is the name before "(".
+                // "nvmlEventSetWait_v2(timeout 0)": the function is the name before "(";
+                // the zero-timeout entry is the one a call costs.
                 let function = k.split('(').next().unwrap_or(k).trim();
+                if k.contains('(') && !k.ends_with("(timeout 0)") {
+                    continue;
+                }
                 calls.insert(function.to_owned(), med(k, v)?);
+                if let Some(cpu) = v.get("cpu_median_us").and_then(Value::as_f64) {
+                    if cpu.is_finite() && cpu >= 0.0 {
+                        calls_cpu.insert(function.to_owned(), us_to_ns(cpu));
+                    }
+                }
             }
         }
         let call_default_ns = median(calls.values().copied().collect());
@@ -178,6 +223,7 @@ impl Model {
         Ok(Model {
             name,
             calls,
+            calls_cpu,
             fields,
             gpm_metrics,
             gpm_metric_default_ns,
@@ -200,6 +246,12 @@ impl Model {
             .or_else(|| self.calls.get(unversioned(timed)))
             .copied()
             .unwrap_or(self.call_default_ns)
+    }
+
+    /// How much of one call of a waiting `function` is CPU time: the file's CPU median,
+    /// or none where it has none.
+    pub fn wait_cpu_ns(&self, function: &str) -> u64 {
+        self.calls_cpu.get(function).copied().unwrap_or(0)
     }
 
     /// What reading field `id` in `nvmlDeviceGetFieldValues` costs.
@@ -267,15 +319,17 @@ fn spin(ns: u64) {
 /// Charge one call of `function` (every export does, through `calls::count!`).
 pub(crate) fn charge_call(function: &str) {
     if let Some(m) = active() {
-        spend(function, m.call_ns(function));
+        spend(function, m.call_ns(function), m.wait_cpu_ns(function));
     }
 }
 
-/// Spend `ns` for one call of `function`: asleep for the calls that wait, busy for the
-/// others.
-fn spend(function: &str, ns: u64) {
+/// Spend `ns` for one call of `function`: for the calls that wait, `cpu_ns` busy and the
+/// rest asleep; busy for the others.
+fn spend(function: &str, ns: u64, cpu_ns: u64) {
     if WAITS.contains(&function) {
-        std::thread::sleep(std::time::Duration::from_nanos(ns));
+        let cpu_ns = cpu_ns.min(ns);
+        spin(cpu_ns);
+        std::thread::sleep(std::time::Duration::from_nanos(ns - cpu_ns));
     } else {
         spin(ns);
     }
@@ -312,6 +366,7 @@ mod tests {
     fn the_580_model_reads_every_entry_of_its_file() {
         let m = Model::named("h100-580").unwrap();
         let doc: serde_json::Value = serde_json::from_str(MODELS[0].1).unwrap();
+        assert!(MODELS[0].2.is_none());
         let n = |k: &str| doc[k].as_object().unwrap().len();
         // Every getter and event; the GPM sample (the metric requests are per metric).
         assert_eq!(m.calls.len(), n("getters") + n("events") + 1);
@@ -351,6 +406,40 @@ mod tests {
     }
 
     #[test]
+    fn the_h200_model_takes_gpm_from_its_fresh_pair_file() {
+        let m = Model::named("h200-580").unwrap();
+        let (_, latency, fresh) = MODELS[1];
+        let latency: serde_json::Value = serde_json::from_str(latency).unwrap();
+        let fresh: serde_json::Value = serde_json::from_str(fresh.unwrap()).unwrap();
+        let ns = |v: &serde_json::Value| us_to_ns(v["median_us"].as_f64().unwrap());
+        // The fresh pair's sample and graphics activity, not the back-to-back ones.
+        assert_eq!(
+            m.call_ns("nvmlGpmSampleGet"),
+            ns(&fresh["gpm"]["nvmlGpmSampleGet"])
+        );
+        assert_eq!(
+            m.gpm_metric_ns(1),
+            ns(&fresh["gpm"]["nvmlGpmMetricsGet(metric 1)"])
+        );
+        assert!(m.call_ns("nvmlGpmSampleGet") > ns(&latency["gpm"]["nvmlGpmSampleGet"]));
+        // A metric the fresh file leaves alone keeps the latency file's median.
+        assert_eq!(
+            m.gpm_metric_ns(5),
+            ns(&latency["gpm"]["nvmlGpmMetricsGet(metric 5)"])
+        );
+        // The wait's CPU part, and the event wait at a zero timeout (not the 500 ms one).
+        let pcie = &latency["getters"]["nvmlDeviceGetPcieThroughput"];
+        assert_eq!(
+            m.wait_cpu_ns("nvmlDeviceGetPcieThroughput"),
+            us_to_ns(pcie["cpu_median_us"].as_f64().unwrap())
+        );
+        assert_eq!(
+            m.call_ns("nvmlEventSetWait_v2"),
+            ns(&latency["events"]["nvmlEventSetWait_v2(timeout 0)"])
+        );
+    }
+
+    #[test]
     fn versions_are_stripped_only_from_version_suffixes() {
         assert_eq!(unversioned("nvmlDeviceGetCount_v2"), "nvmlDeviceGetCount");
         assert_eq!(
@@ -368,11 +457,18 @@ mod tests {
     fn the_pcie_throughput_sample_waits_and_other_calls_compute() {
         let cpu = thread_cpu_ns();
         let wall = std::time::Instant::now();
-        spend("nvmlDeviceGetPcieThroughput", 20_000_000);
+        spend("nvmlDeviceGetPcieThroughput", 20_000_000, 0);
         assert!(wall.elapsed() >= std::time::Duration::from_millis(20));
         assert!(thread_cpu_ns() - cpu < 5_000_000, "slept, not spun");
+        // With a CPU part: that much busy, the call as long as before.
         let cpu = thread_cpu_ns();
-        spend("nvmlDeviceGetTotalEnergyConsumption", 3_000_000);
+        let wall = std::time::Instant::now();
+        spend("nvmlDeviceGetPcieThroughput", 20_000_000, 8_000_000);
+        assert!(wall.elapsed() >= std::time::Duration::from_millis(20));
+        let spent = thread_cpu_ns() - cpu;
+        assert!((8_000_000..13_000_000).contains(&spent), "spun {spent} ns");
+        let cpu = thread_cpu_ns();
+        spend("nvmlDeviceGetTotalEnergyConsumption", 3_000_000, 0);
         assert!(thread_cpu_ns() - cpu >= 3_000_000);
     }
 

@@ -1,8 +1,10 @@
-//! `GPU_SIM_COST_MODEL=h100-580`: the CPU time a plan of calls costs on the fake equals
-//! the sum of the real driver's medians in the fixture the model is read from.
+//! `GPU_SIM_COST_MODEL=h100-580` and `h200-580`: the CPU time a plan of calls costs on
+//! the fake equals the sum of the real driver's medians in the fixture the model is read
+//! from.
 //!
 //! The plan is the exporter's steady cycle with dcgm-exporter's default counters on one
-//! whole H100 (the calls `nvml_calls::` budgets): its cost is measured as the calling
+//! whole GPU (the calls `nvml_calls::` budgets), on each model's own machine as a
+//! scenario: its cost is measured as the calling
 //! thread's CPU time with the model on minus the same with it off (the fake's own work),
 //! each in a child process of this test binary (the model is read once per process),
 //! the minimum of several repetitions, so a loaded machine does not move it.
@@ -16,8 +18,20 @@ use nvml_wrapper::sys_exports::field_id::*;
 use std::path::Path;
 use std::process::Command;
 
-const FIXTURE: &str = "../tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04";
+/// Each model and the fixture directory it is read from.
+const MODELS: &[(&str, &str)] = &[
+    (
+        "h100-580",
+        "../tests/fixtures/real-gpu/h100-80gb-hbm3-580.159.04",
+    ),
+    (
+        "h200-580",
+        "../tests/fixtures/real-gpu/h200-141gb-hbm3e-580.159.04",
+    ),
+];
 const CHILD_ENV: &str = "COST_MODEL_TEST_CHILD";
+/// The child's fixture directory.
+const FIXTURE_ENV: &str = "COST_MODEL_TEST_FIXTURE";
 const REPEATS: usize = 7;
 
 /// dcgm-exporter's five GPM metrics, as `nvml-latency.py` timed them together.
@@ -85,8 +99,9 @@ fn handle_lookup(nvml: &Nvml) {
 
 /// In a child: the least CPU time of a cycle, less a handle lookup, over REPEATS.
 fn measure() -> u64 {
+    let fixture = std::env::var(FIXTURE_ENV).expect("the fixture directory");
     common::set_scenario(
-        &format!("{}/{FIXTURE}/scenario.toml", env!("CARGO_MANIFEST_DIR")),
+        &format!("{}/{fixture}/scenario.toml", env!("CARGO_MANIFEST_DIR")),
         Some(100.0),
     );
     let nvml = common::try_init().expect("init");
@@ -116,10 +131,11 @@ fn child() {
     }
 }
 
-fn run_child(model: Option<&str>) -> u64 {
+fn run_child(model: Option<&str>, fixture: &str) -> u64 {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1");
+        .env(CHILD_ENV, "1")
+        .env(FIXTURE_ENV, fixture);
     match model {
         Some(m) => cmd.env("GPU_SIM_COST_MODEL", m),
         None => cmd.env_remove("GPU_SIM_COST_MODEL"),
@@ -140,13 +156,23 @@ fn run_child(model: Option<&str>) -> u64 {
         .unwrap()
 }
 
-/// The fixture's medians of the plan's calls, in ns, read here on their own.
-fn fixture_sum() -> u64 {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(FIXTURE)
-        .join("nvml-latency.json");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+/// The fixture's medians of the plan's calls, in ns, read here on their own. GPM: the
+/// fresh-pair file's sample and metrics where the fixture has one (`gpm-fresh-pairs.py`),
+/// each metric alone where the latency file times them so, else its five together.
+fn fixture_sum(fixture: &str) -> u64 {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture);
+    let read = |name: &str| -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(dir.join(name)).ok()?;
+        Some(serde_json::from_str(&text).unwrap())
+    };
+    let doc = read("nvml-latency.json").expect("nvml-latency.json");
+    let fresh = read("gpm-fresh-pairs.json");
+    let gpm = |key: &str| -> Option<f64> {
+        fresh
+            .as_ref()
+            .and_then(|f| f["gpm"][key]["median_us"].as_f64())
+            .or_else(|| doc["gpm"][key]["median_us"].as_f64())
+    };
     let us = |section: &str, key: &str| -> f64 {
         doc[section][key]["median_us"]
             .as_f64()
@@ -175,8 +201,12 @@ fn fixture_sum() -> u64 {
     ];
     let total: f64 = getters.iter().map(|g| us("getters", g)).sum::<f64>()
         + FIELDS.iter().map(|&f| field(f)).sum::<f64>()
-        + us("gpm", "nvmlGpmSampleGet")
-        + us("gpm", "nvmlGpmMetricsGet(5 metrics)");
+        + gpm("nvmlGpmSampleGet").expect("the GPM sample")
+        + GPM_FIVE
+            .iter()
+            .map(|m| gpm(&format!("nvmlGpmMetricsGet(metric {})", m.as_c())))
+            .sum::<Option<f64>>()
+            .unwrap_or_else(|| us("gpm", "nvmlGpmMetricsGet(5 metrics)"));
     (total * 1000.0) as u64
 }
 
@@ -185,17 +215,19 @@ fn a_default_counter_cycle_costs_the_real_drivers_medians() {
     if std::env::var_os(CHILD_ENV).is_some() {
         return;
     }
-    let expected = fixture_sum();
-    let (on, off) = (run_child(Some("h100-580")), run_child(None));
-    let modelled = on.saturating_sub(off);
-    let ratio = modelled as f64 / expected as f64;
-    println!(
-        "modelled {modelled} ns (on {on}, off {off}), fixture {expected} ns, ratio {ratio:.3}"
-    );
-    assert!(
-        (0.9..=1.1).contains(&ratio),
-        "modelled cycle {modelled} ns vs the fixture's {expected} ns (ratio {ratio:.3})"
-    );
+    for (model, fixture) in MODELS {
+        let expected = fixture_sum(fixture);
+        let (on, off) = (run_child(Some(model), fixture), run_child(None, fixture));
+        let modelled = on.saturating_sub(off);
+        let ratio = modelled as f64 / expected as f64;
+        println!(
+            "{model}: modelled {modelled} ns (on {on}, off {off}), fixture {expected} ns, ratio {ratio:.3}"
+        );
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "{model}: modelled cycle {modelled} ns vs the fixture's {expected} ns (ratio {ratio:.3})"
+        );
+    }
 }
 
 #[test]
@@ -206,6 +238,7 @@ fn an_unknown_model_fails_init() {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "child", "--nocapture"])
         .env(CHILD_ENV, "1")
+        .env(FIXTURE_ENV, MODELS[0].1)
         .env("GPU_SIM_COST_MODEL", "h100-999");
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -215,7 +248,7 @@ fn an_unknown_model_fails_init() {
         "init passed with an unknown model: {stdout}"
     );
     assert!(
-        stderr.contains("fake-nvml: GPU_SIM_COST_MODEL=\"h100-999\" is not a cost model; the models are: h100-580"),
+        stderr.contains("fake-nvml: GPU_SIM_COST_MODEL=\"h100-999\" is not a cost model; the models are: h100-580, h200-580"),
         "{stderr}"
     );
 }
