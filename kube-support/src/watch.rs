@@ -159,29 +159,37 @@ mod tests {
     use futures_util::stream;
     use watcher::Event;
 
-    fn run(
+    /// One run over `events`, each object kept as `keep` makes it: the changes, whether
+    /// a list completed, whether an outage is remembered.
+    fn run_keeping<T>(
         events: Vec<Result<Event<&'static str>, &'static str>>,
-    ) -> (Vec<Change<&'static str>>, bool, bool) {
+        mut keep: impl FnMut(&'static str) -> T,
+    ) -> (Vec<Change<T>>, bool, bool) {
         let mut seen = Vec::new();
         let mut outage = Outage::default();
         let listed = futures_util::FutureExt::now_or_never(follow(
             stream::iter(events),
             "test watch",
             &mut outage,
-            &mut |o| o,
+            &mut keep,
             &mut |c| seen.push(c),
         ))
         .expect("a ready stream finishes at once");
         (seen, listed, outage.logged)
     }
 
+    fn run(
+        events: Vec<Result<Event<&'static str>, &'static str>>,
+    ) -> (Vec<Change<&'static str>>, bool, bool) {
+        run_keeping(events, |o| o)
+    }
+
     /// Lists, applies and deletes all carry what `keep` made of the object, made as
     /// the object arrived.
     #[test]
     fn every_change_carries_what_keep_made_of_its_object() {
-        let mut seen = Vec::new();
         let mut kept = Vec::new();
-        let events: Vec<Result<Event<&str>, &str>> = vec![
+        let events = vec![
             Ok(Event::Init),
             Ok(Event::InitApply("a")),
             Ok(Event::InitApply("bb")),
@@ -189,16 +197,10 @@ mod tests {
             Ok(Event::Apply("ccc")),
             Ok(Event::Delete("a")),
         ];
-        let _ = futures_util::FutureExt::now_or_never(follow(
-            stream::iter(events),
-            "test watch",
-            &mut Outage::default(),
-            &mut |o: &str| {
-                kept.push(o);
-                o.len()
-            },
-            &mut |c| seen.push(c),
-        ));
+        let (seen, _, _) = run_keeping(events, |o| {
+            kept.push(o);
+            o.len()
+        });
         assert_eq!(
             seen,
             vec![

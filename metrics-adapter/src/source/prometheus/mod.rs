@@ -1,12 +1,12 @@
 //! The Prometheus-compatible source (`--prometheus-url`): for clusters that already run
 //! Prometheus, Thanos or Mimir, the adapter asks it instead of scraping every exporter.
 //!
-//! Each interval it runs a fixed set of instant queries, all evaluated at the same
-//! time with `--max-staleness` as their lookback, that aggregate per pod in the
-//! engine ([`pushdown`]): one per built-in metric
-//! and one for the pods' oldest sample times. So a round's answers hold one sample per
-//! pod whatever the fleet's GPUs, and the engine's load is the same for one HPA or a
-//! thousand. Answers are decoded sample by sample as they are read ([`answer`]).
+//! Each interval it runs a fixed set of instant queries, all evaluated at the same time
+//! with `--max-staleness` as their lookback, that aggregate per pod in the engine
+//! ([`pushdown`]): one per built-in metric and one for the pods' oldest sample times.
+//! So a round's answers hold one sample per pod whatever the fleet's GPUs, and the
+//! engine's load is the same for one HPA or a thousand. Answers are decoded sample by
+//! sample as they are read ([`answer`]).
 
 mod answer;
 pub mod pushdown;
