@@ -21,32 +21,27 @@ Prints one JSON document; CPU times are the calling thread's (CLOCK_THREAD_CPUTI
 """
 
 import json
+import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/fidelity"))
 
 SPACINGS = (1.0, 0.1, 0.01)
 CYCLES = {1.0: 8, 0.1: 10, 0.01: 10}
 
 
 def measure():
-    import pynvml as n
+    import sweep  # tests/fidelity/sweep.py: pynvml and its GPM helper
 
+    n = sweep.pynvml
+    metrics = sweep.gpm_metrics
     n.nvmlInit()
     g = n.nvmlDeviceGetHandleByIndex(0)
     gr = n.NVML_GPM_METRIC_GRAPHICS_UTIL
     others = [n.NVML_GPM_METRIC_DRAM_BW_UTIL, n.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
               n.NVML_GPM_METRIC_PCIE_RX_PER_SEC, n.NVML_GPM_METRIC_PCIE_TX_PER_SEC]
-
-    def metrics(a, b, ids):
-        m = n.c_nvmlGpmMetricsGet_t()
-        m.version = n.NVML_GPM_METRICS_GET_VERSION
-        m.numMetrics = len(ids)
-        m.sample1, m.sample2 = a, b
-        for i, mid in enumerate(ids):
-            m.metrics[i].metricId = mid
-        n.nvmlGpmMetricsGet(m)
-        return [m.metrics[i].value for i in range(len(ids))]
 
     def timed(fn, *a):
         c, t = time.thread_time_ns(), time.perf_counter_ns()

@@ -89,13 +89,7 @@ def gpm(gpu):
                pynvml.NVML_GPM_METRIC_FP32_UTIL, pynvml.NVML_GPM_METRIC_FP16_UTIL]
 
         def metrics(chosen):
-            m = pynvml.c_nvmlGpmMetricsGet_t()
-            m.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            m.numMetrics = len(chosen)
-            m.sample1, m.sample2 = a, b
-            for i, mid in enumerate(chosen):
-                m.metrics[i].metricId = mid
-            pynvml.nvmlGpmMetricsGet(m)
+            sweep.gpm_metrics(a, b, chosen)
 
         for n in (1, 5, 10):
             out[f"nvmlGpmMetricsGet({n} metrics)"] = timed(metrics, ids[:n])

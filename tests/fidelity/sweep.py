@@ -37,6 +37,18 @@ DEVICE_ARGS = {"handle", "device", "dev", "migDevice"}
 VERSIONS = {"nvmlDeviceGetRunningProcessDetailList": [pynvml.nvmlProcessDetailList_v1]}
 
 
+def gpm_metrics(sample1, sample2, ids):
+    """nvmlGpmMetricsGet over two samples for the metric IDs given: their values."""
+    m = pynvml.c_nvmlGpmMetricsGet_t()
+    m.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    m.numMetrics = len(ids)
+    m.sample1, m.sample2 = sample1, sample2
+    for i, mid in enumerate(ids):
+        m.metrics[i].metricId = mid
+    pynvml.nvmlGpmMetricsGet(m)
+    return [m.metrics[i].value for i in range(len(ids))]
+
+
 def constants(prefix, exclude=("COUNT",)):
     """Values of pynvml constants starting with prefix (the enum's members)."""
     return sorted(
