@@ -8,8 +8,8 @@
 //! they are a right reading of the driver, not a copy of what the exporter printed.
 
 use crate::nvml_fidelity::{
-    Conv, Findings, GPU_FIELDS, Reading, compare_labels, compare_processes, convert, gpu_series,
-    parse_exposition, reading,
+    Conv, Findings, GPU_FIELDS, Reading, Sample, compare_labels, compare_processes, convert,
+    gpu_series, parse_exposition, reading,
 };
 use e2e_tests::fixture;
 use gpu_exporter::plan::catalog::Quantity;
@@ -89,6 +89,13 @@ fn json(dir: &str, name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// GPU 0's power limit as the capture serves it (W); 1,000 W where it serves none.
+fn power_limit_w(samples: &[Sample]) -> f64 {
+    gpu_series(samples, "DCGM_FI_DEV_POWER_MGMT_LIMIT", 0)
+        .first()
+        .map_or(1000.0, |s| s.value)
+}
+
 /// Every finding of one capture against its two readings. `every_field`: the capture
 /// asked for every field, so a value pynvml reads must be served; otherwise only what
 /// it serves is checked.
@@ -104,9 +111,7 @@ fn check_capture(body: &str, before: &Value, after: &Value, every_field: bool) -
         &gpu_series(&samples, "gpu_exporter_process_memory_used_bytes", 0),
         &a["processes"],
     );
-    let power_limit_w = gpu_series(&samples, "DCGM_FI_DEV_POWER_MGMT_LIMIT", 0)
-        .first()
-        .map_or(1000.0, |s| s.value);
+    let power_limit_w = power_limit_w(&samples);
     for (metric, path, conv) in GPU_FIELDS {
         let series = gpu_series(&samples, metric, 0);
         let value = |r: Reading, conv: Conv| match r {
@@ -184,8 +189,7 @@ fn the_real_gpu_check_catches_wrong_units_and_values() {
             .failures
             .is_empty()
     );
-    let power_limit_w =
-        gpu_series(&parse_exposition(&body), "DCGM_FI_DEV_POWER_MGMT_LIMIT", 0)[0].value;
+    let power_limit_w = power_limit_w(&parse_exposition(&body));
     let edit = |metric: &str, to: &dyn Fn(f64) -> f64| -> String {
         let mut hit = false;
         let out = body
