@@ -1,6 +1,7 @@
 //! Command-line flags. Serving flags are named as Kubernetes API servers name them.
 
 use crate::error::Error;
+use crate::source::prometheus::pushdown::Queries;
 use clap::Parser;
 use kube_support::duration;
 use std::path::PathBuf;
@@ -227,6 +228,18 @@ pub struct Cli {
     /// PEM CA bundle for an https Prometheus URL; default: the system's roots.
     #[arg(long, value_name = "PATH")]
     pub prometheus_ca_file: Option<std::path::PathBuf>,
+
+    /// Where the per-pod values are aggregated: `inline`, in each query a round sends,
+    /// or `recorded`, by recording rules in the engine (print them with
+    /// --print-recording-rules), so a round reads one series per pod and metric: for
+    /// fleets whose raw series are too many to aggregate every round.
+    #[arg(long, value_name = "WHERE", value_enum, default_value_t = Queries::Inline)]
+    pub prometheus_queries: Queries,
+
+    /// Print the Prometheus recording rules that --prometheus-queries=recorded reads
+    /// (a rule file; its `groups` are also a PrometheusRule's spec) and exit.
+    #[arg(long)]
+    pub print_recording_rules: bool,
 
     /// How often to scrape an exporter that does not support the long poll (older
     /// gpu-exporters, dcgm-exporter), and how long a gpu-exporter may hold a long poll

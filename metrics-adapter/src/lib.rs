@@ -148,6 +148,7 @@ fn start_source(
             metrics,
             limits,
             max_series: cli.prometheus_max_series,
+            queries: cli.prometheus_queries,
         };
         let client = prometheus::client(&opts)
             .map_err(|e| Error::Config(format!("the Prometheus client: {e}")))?;

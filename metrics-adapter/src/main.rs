@@ -5,6 +5,13 @@ use gpu_metrics_adapter::config::Cli;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if cli.print_recording_rules {
+        print!(
+            "{}",
+            gpu_metrics_adapter::source::prometheus::pushdown::recording_rules()
+        );
+        return std::process::ExitCode::SUCCESS;
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -16,8 +16,10 @@
 #
 # Settings (environment): GPUS (100000), SCRAPE_INTERVAL (15s), ADAPTER_INTERVAL (5s),
 # RELIST_INTERVAL (30s, prometheus-adapter's), BENCH_SECONDS (30), ENGINE_NICE (0; see
-# engine.sh), MAX_STALENESS (3 scrapes), QUERY_TIMEOUT (30s) and OUR_ADAPTER_ARGS
-# (default: the bounds a fleet this size needs, below).
+# engine.sh), RECORDED (0; 1: both adapters read the per-pod series of
+# gpu-metrics-adapter's recording rules, evaluated in the shards, see engine.sh),
+# MAX_STALENESS (3 scrapes), QUERY_TIMEOUT (30s) and OUR_ADAPTER_ARGS (default: the
+# bounds a fleet this size needs, below).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -30,6 +30,13 @@
 # metrics API; the admin client certificate (DIR/kube/pki/admin.*) works too.
 # Extra flags for ours: $OUR_ADAPTER_ARGS (whitespace-separated).
 #
+# RECORDED=1 loads gpu-metrics-adapter's recording rules (--print-recording-rules,
+# evaluated every $SCRAPE_INTERVAL) into both shards and runs ours with
+# --prometheus-queries=recorded: the per-pod aggregation happens in each shard as it
+# ingests, and a round reads one series per pod and metric through Thanos;
+# prometheus-adapter then reads the same recorded series
+# (tests/scale/prometheus-adapter-recorded.yaml).
+#
 # ENGINE_NICE=N runs the fleet and the engine (fleet-sim, shards, sidecars, Thanos
 # query) at nice N: on one small machine that stands for the engine having machines
 # of its own, as in a cluster, so the adapters' answer latency is not the engine's
@@ -76,9 +83,11 @@ per_group=${NODES_PER_GROUP:-50}
 scrape_interval=${SCRAPE_INTERVAL:-15s}
 step_seconds=${STEP_SECONDS:-0}
 with_adapters=${WITH_ADAPTERS:-0}
+recorded=${RECORDED:-0}
 engine=(nice -n "${ENGINE_NICE:-0}")
 needed=("$rust/fleet-sim" "$bin/prometheus" "$bin/thanos")
 [ "$with_adapters" = 0 ] || needed+=("$rust/gpu-metrics-adapter" "$bin/prometheus-adapter")
+[ "$recorded" = 0 ] || needed+=("$rust/gpu-metrics-adapter")
 for b in "${needed[@]}"; do
     [ -x "$b" ] || fail "$b missing (cargo build -p e2e-tests --bin fleet-sim, -p gpu-metrics-adapter; tests/kube/build.sh)"
 done
@@ -96,6 +105,15 @@ series=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["series
 
 # --- two Prometheus shards, each with a Thanos sidecar ----------------------------------
 
+rule_files=
+if [ "$recorded" = 1 ]; then
+    # The adapter's own rules, evaluated as often as the fleet is scraped.
+    "$rust/gpu-metrics-adapter" --print-recording-rules |
+        sed "s/^    interval: .*/    interval: $scrape_interval/" >"$dir/recording-rules.yml"
+    grep -q "^    interval: $scrape_interval\$" "$dir/recording-rules.yml" ||
+        fail "the printed recording rules have no group interval to set"
+    rule_files="rule_files: ['$dir/recording-rules.yml']"
+fi
 endpoints=()
 prom_urls=()
 for shard in 0 1; do
@@ -107,6 +125,7 @@ global:
   scrape_timeout: $scrape_interval
   external_labels:
     shard: "$shard"
+$rule_files
 scrape_configs:
   - job_name: gpu-fleet
     honor_labels: true
@@ -156,6 +175,13 @@ all_series() {
         [ "$(count 'count(count by (shard) ({__name__="DCGM_FI_DEV_GPU_TEMP"}))' "$thanos")" = 2 ]
 }
 wait_for "all $series series through Thanos query" 300 all_series
+if [ "$recorded" = 1 ]; then
+    pods=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pods"])' "$dir/shape.json")
+    recorded_pods() {
+        [ "$(count 'count(namespace_pod:gpu_sample_timestamp_seconds:min)' "$thanos")" = "$pods" ]
+    }
+    wait_for "every pod's recorded series through Thanos query" 300 recorded_pods
+fi
 log "engine up: $series series of $gpus GPUs in two shards behind $thanos"
 
 cat >"$dir/env" <<EOF
@@ -231,6 +257,11 @@ EXTRA_SANS=DNS:localhost,IP:127.0.0.1 bash "$root/deploy/overlays/static-certs/g
 ours_port=$(free_port)
 theirs_port=$(free_port)
 read -r -a our_extra <<<"${OUR_ADAPTER_ARGS:-}"
+their_rules=$here/prometheus-adapter.yaml
+if [ "$recorded" = 1 ]; then
+    our_extra+=(--prometheus-queries recorded)
+    their_rules=$here/prometheus-adapter-recorded.yaml
+fi
 # MALLOC_ARENA_MAX as the adapter's image sets it (deploy/images/adapter.Containerfile).
 start gpu-metrics-adapter env RUST_LOG=info MALLOC_ARENA_MAX=2 "$rust/gpu-metrics-adapter" \
     --bind-address 127.0.0.1 --secure-port "$ours_port" --grpc-port "$(free_port)" \
@@ -243,7 +274,7 @@ start prometheus-adapter "$bin/prometheus-adapter" \
     --lister-kubeconfig "$dir/kube/kubeconfig" \
     --authentication-kubeconfig "$dir/kube/kubeconfig" \
     --authorization-kubeconfig "$dir/kube/kubeconfig" \
-    --prometheus-url "$thanos/" --config "$here/prometheus-adapter.yaml" \
+    --prometheus-url "$thanos/" --config "$their_rules" \
     --metrics-relist-interval "${RELIST_INTERVAL:-30s}" --v=1
 token=$(cat "$dir/reader.token")
 # One pod's utilisation from each adapter.

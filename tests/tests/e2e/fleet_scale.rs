@@ -4,6 +4,12 @@
 //! and by prometheus-adapter v0.12.0 with rules for the same five metrics, both against a
 //! real kube-apiserver holding the fleet's pods (tests/scale/engine.sh).
 //!
+//! The shards evaluate gpu-metrics-adapter's recording rules (`--print-recording-rules`)
+//! and both adapters read the recorded per-pod series (`--prometheus-queries=recorded`;
+//! tests/scale/prometheus-adapter-recorded.yaml): the setup the fleet-scale docs give
+//! for a fleet this size. The inline queries are held to the direct source's derivation
+//! by `prometheus_pushdown` and served end to end by `adapter_prometheus`.
+//!
 //! For two steps of the fleet's values in turn, every pod the fleet's truth names must be
 //! answered by both adapters through the custom metrics API (called on their secure
 //! ports with a bearer token, TokenReview and SubjectAccessReview as in a cluster), with
@@ -205,6 +211,7 @@ fn both_adapters_answer_every_pod_of_a_10000_gpu_fleet_through_thanos() {
         ("GPUS", "10000"),
         ("SCRAPE_INTERVAL", "5s"),
         ("WITH_ADAPTERS", "1"),
+        ("RECORDED", "1"),
         // A round through Thanos takes about 5 s at this size on 2 busy cores.
         ("ADAPTER_INTERVAL", "5s"),
         ("RELIST_INTERVAL", "30s"),

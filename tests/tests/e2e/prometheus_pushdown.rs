@@ -6,6 +6,10 @@
 //! answer every query with what `source::derive::pod_values` computes in Rust from the
 //! fresh series, pod by pod.
 //!
+//! The same holds for `--prometheus-queries=recorded`: the adapter's printed recording
+//! rules are loaded into the same engine, and each recorded series it then selects
+//! must answer the same samples, under its recorded name.
+//!
 //! The adapter sends each query with `lookback_delta` = `--max-staleness`; `promtool`
 //! evaluates with the engine's default lookback, 5 minutes, so the staleness here is
 //! 5 minutes and the same queries see the same samples. That the parameter is sent is
@@ -14,7 +18,9 @@
 use e2e_tests::promtool;
 use gpu_metrics_adapter::fleet::GpuMetric;
 use gpu_metrics_adapter::source::derive::{Series, pod_values};
-use gpu_metrics_adapter::source::prometheus::pushdown::{Answer, queries};
+use gpu_metrics_adapter::source::prometheus::pushdown::{
+    Answer, Queries, queries, queries_for, recording_rules,
+};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
@@ -212,15 +218,24 @@ fn the_pushed_down_queries_answer_what_the_direct_source_derives() {
     );
     assert!(derived.len() >= 6, "{derived:?}");
 
-    let mut yaml = String::from(
-        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n",
+    let dir = std::env::temp_dir().join(format!("pushdown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let rules = dir.join("recording-rules.yml");
+    std::fs::write(&rules, recording_rules()).expect("write rules");
+    let mut yaml = format!(
+        "rule_files: ['{}']\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n",
+        rules.display()
     );
     for i in &inputs {
         yaml.push_str(&series_yaml(i));
     }
     yaml.push_str("    promql_expr_test:\n");
     let mut checked = 0;
-    for q in queries() {
+    // The recorded series carry the rule's name beside the pod's labels.
+    let recorded = queries_for(Queries::Recorded)
+        .into_iter()
+        .map(|q| (q.clone(), Some(q.promql)));
+    for (q, name) in queries().into_iter().map(|q| (q, None)).chain(recorded) {
         writeln!(
             yaml,
             "      - expr: '{}'\n        eval_time: {EVAL_MINUTE}m\n        exp_samples:",
@@ -236,7 +251,11 @@ fn the_pushed_down_queries_answer_what_the_direct_source_derives() {
                 },
                 Answer::Oldest => f64::from(*oldest),
             };
-            let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+            let labels: Vec<String> = name
+                .iter()
+                .map(|n| format!("__name__=\"{n}\""))
+                .chain(labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")))
+                .collect();
             writeln!(
                 yaml,
                 "          - labels: '{{{}}}'\n            value: {value:?}",
@@ -253,9 +272,7 @@ fn the_pushed_down_queries_answer_what_the_direct_source_derives() {
             "no pod has {m:?}: the fleet does not test it"
         );
     }
-    assert!(checked > 20, "{checked} samples checked");
-    let dir = std::env::temp_dir().join(format!("pushdown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    assert!(checked > 40, "{checked} samples checked");
     let file = dir.join("pushdown.yml");
     std::fs::write(&file, &yaml).expect("write");
     let out = promtool()

@@ -4,6 +4,8 @@
 //! Each interval it runs a fixed set of instant queries, all evaluated at the same time
 //! with `--max-staleness` as their lookback, that aggregate per pod in the engine
 //! ([`pushdown`]): one per built-in metric and one for the pods' oldest sample times.
+//! With `--prometheus-queries=recorded` each query instead selects the per-pod series
+//! the engine's recording rules keep, the same aggregations evaluated in each shard.
 //! So a round's answers hold one sample per pod whatever the fleet's GPUs, and the
 //! engine's load is the same for one HPA or a thousand. Answers are decoded sample by
 //! sample as they are read ([`answer`]).
@@ -121,6 +123,8 @@ pub struct PrometheusOptions {
     /// budget the pods it serves.
     pub limits: Limits,
     pub max_series: usize,
+    /// Aggregate per pod in each query, or read the recording rules' per-pod series.
+    pub queries: pushdown::Queries,
 }
 
 /// Percent-encode a PromQL query for a URL query string.
@@ -227,7 +231,7 @@ async fn round(
         opts.limits.max_pods,
     )));
     let (slots, budget_ref, gathered_ref) = (&slots, &budget, &gathered);
-    let queries = pushdown::queries();
+    let queries = pushdown::queries_for(opts.queries);
     let answered = futures_util::future::try_join_all(queries.iter().map(|q| async move {
         instant_query(
             client,
@@ -298,6 +302,9 @@ pub async fn run(
         }
         match result {
             Ok(fleet) => {
+                if opts.queries == pushdown::Queries::Recorded && fleet.pods.is_empty() {
+                    warn_nothing_recorded();
+                }
                 if failing {
                     tracing::info!(url = %opts.endpoint.url, "Prometheus answers again");
                     failing = false;
@@ -317,6 +324,18 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Says once per process that a round of recorded queries found no pod: the usual
+/// cause is rules not loaded into the engine, which nothing else would show.
+fn warn_nothing_recorded() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "--prometheus-queries=recorded: the engine answered no per-pod series; \
+             are the recording rules loaded (gpu-metrics-adapter --print-recording-rules)?"
+        )
+    });
 }
 
 #[cfg(test)]

@@ -50,6 +50,53 @@ pub enum Answer {
 pub struct PodQuery {
     pub answers: Answer,
     pub promql: String,
+    /// The series a recording rule of this query keeps ([`recording_rules`]):
+    /// Prometheus's `level:metric:operation` convention, the level being the pod.
+    pub record: &'static str,
+}
+
+/// Where a round's per-pod values are computed (`--prometheus-queries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Queries {
+    /// Each query aggregates the raw per-GPU series per pod when the round asks.
+    #[default]
+    Inline,
+    /// Each query reads the per-pod series that the engine's recording rules keep
+    /// ([`recording_rules`]): the aggregation runs in each shard as it ingests, and a
+    /// round selects one series per pod and query.
+    Recorded,
+}
+
+/// How often the printed rules are evaluated: no less often than the exporters are
+/// commonly scraped, so a recorded value is at most one interval behind its samples.
+pub const RULE_INTERVAL: &str = "15s";
+
+/// The recording rules for [`Queries::Recorded`] as a Prometheus rule file (also a
+/// `PrometheusRule`'s `spec`): one rule per inline query, recording its answer.
+///
+/// Rules are evaluated with the engine's own lookback, not `--max-staleness`: a pod
+/// whose samples are older than the staleness still gets recorded values, and its
+/// recorded oldest sample time says so, so the adapter leaves it out whole.
+pub fn recording_rules() -> String {
+    let mut out = String::from(
+        "# Recording rules for gpu-metrics-adapter --prometheus-queries=recorded\n\
+         # (gpu-metrics-adapter --print-recording-rules): one per-pod series per metric,\n\
+         # computed where the exporters' series are stored, so the adapter's rounds\n\
+         # select one series per pod instead of aggregating every GPU's.\n\
+         groups:\n",
+    );
+    out.push_str(&format!(
+        "  - name: gpu-metrics-adapter\n    interval: {RULE_INTERVAL}\n    rules:\n"
+    ));
+    for q in queries() {
+        out.push_str(&format!(
+            "      - record: {}\n        expr: '{}'\n",
+            q.record,
+            // YAML single-quoted scalar: a quote is written twice.
+            q.promql.replace('\'', "''")
+        ));
+    }
+    out
 }
 
 /// The labels a pod's answer is grouped by (see the module comment for the renames).
@@ -81,6 +128,21 @@ pub fn lookback_delta(staleness: Duration) -> String {
     staleness.as_secs_f64().to_string()
 }
 
+/// A round's queries as `mode` asks them: [`queries`], or each one's recorded series.
+pub fn queries_for(mode: Queries) -> Vec<PodQuery> {
+    let inline = queries();
+    match mode {
+        Queries::Inline => inline,
+        Queries::Recorded => inline
+            .into_iter()
+            .map(|q| PodQuery {
+                promql: q.record.to_string(),
+                ..q
+            })
+            .collect(),
+    }
+}
+
 /// A round's queries: one per built-in metric, and the pods' oldest sample times.
 pub fn queries() -> Vec<PodQuery> {
     let pods = |family: &str| valid(&of_pods(family));
@@ -104,13 +166,15 @@ pub fn queries() -> Vec<PodQuery> {
         })
         .collect::<Vec<_>>()
         .join(" or ");
-    let value = |m: GpuMetric, promql: String| PodQuery {
+    let value = |m: GpuMetric, record: &'static str, promql: String| PodQuery {
         answers: Answer::Value(m),
         promql,
+        record,
     };
     vec![
         value(
             GpuMetric::Utilization,
+            "namespace_pod:gpu_utilization:avg",
             format!(
                 "avg by ({POD}) ({} or on ({DEVICE}, {POD}) 100 * {})",
                 pods(UTIL),
@@ -119,10 +183,12 @@ pub fn queries() -> Vec<PodQuery> {
         ),
         value(
             GpuMetric::MemoryUsedBytes,
+            "namespace_pod:gpu_memory_used_bytes:sum",
             format!("1048576 * sum by ({POD}) ({})", pods(FB_USED)),
         ),
         value(
             GpuMetric::MemoryUtilization,
+            "namespace_pod:gpu_memory_utilization:avg",
             format!(
                 "avg by ({POD}) (100 * {} / on ({DEVICE}) group_left () ({capacity}))",
                 pods(FB_USED)
@@ -130,15 +196,18 @@ pub fn queries() -> Vec<PodQuery> {
         ),
         value(
             GpuMetric::PowerWatts,
+            "namespace_pod:gpu_power_watts:sum",
             format!("sum by ({POD}) ({})", pods(POWER)),
         ),
         value(
             GpuMetric::TensorActive,
+            "namespace_pod:gpu_tensor_active:avg",
             format!("100 * avg by ({POD}) ({})", pods(TENSOR)),
         ),
         PodQuery {
             answers: Answer::Oldest,
             promql: format!("min by ({POD}) ({oldest})"),
+            record: "namespace_pod:gpu_sample_timestamp_seconds:min",
         },
     ]
 }
@@ -253,7 +322,13 @@ impl Gathered {
             // `1e300`) counts as now: no sample is fresher than the answer, and such
             // times do not fit a SystemTime (they panicked the source; found by
             // fuzzing).
-            Answer::Oldest => described.oldest = Some(value.min(self.now_unix)),
+            //
+            // A pod answered twice (recorded series of one pod in two shards while its
+            // node's target moves between them) is as old as its oldest answer.
+            Answer::Oldest => {
+                let at = value.min(self.now_unix);
+                described.oldest = Some(described.oldest.map_or(at, |o| o.min(at)));
+            }
         }
         Ok(())
     }
@@ -408,6 +483,67 @@ mod tests {
             ),
             "{e:?}"
         );
+    }
+
+    /// A pod answered twice for its oldest sample time (its recorded series in two
+    /// shards while its node's target moves) is as old as the older answer, in either
+    /// order.
+    #[test]
+    fn a_pod_answered_twice_is_as_old_as_its_older_answer() {
+        for times in [[NOW - 50.0, NOW - 70.0], [NOW - 70.0, NOW - 50.0]] {
+            let fleet = round(
+                vec![
+                    (
+                        Answer::Value(GpuMetric::Utilization),
+                        vec![(pod("ml", "a"), Some(1.0))],
+                    ),
+                    (
+                        Answer::Oldest,
+                        times.iter().map(|t| (pod("ml", "a"), Some(*t))).collect(),
+                    ),
+                ],
+                10,
+            )
+            .unwrap();
+            assert!(fleet.pods.is_empty(), "70 s is past the 60 s staleness");
+        }
+    }
+
+    /// Recorded queries select, for each inline query, the series its rule records;
+    /// the rule file holds each inline query once, under that name, in a group with an
+    /// interval (Prometheus's 1-minute default would age every value by a minute).
+    #[test]
+    fn recorded_queries_select_what_the_rules_record() {
+        let inline = queries();
+        let recorded = queries_for(Queries::Recorded);
+        assert_eq!(queries_for(Queries::Inline), inline);
+        let rules = recording_rules();
+        assert!(
+            rules.contains(&format!("    interval: {RULE_INTERVAL}\n")),
+            "{rules}"
+        );
+        let mut names: Vec<&str> = Vec::new();
+        for (i, r) in inline.iter().zip(&recorded) {
+            assert_eq!(i.answers, r.answers);
+            assert_eq!(r.promql, i.record);
+            assert!(
+                r.promql
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "{}",
+                r.promql
+            );
+            let rule = format!(
+                "      - record: {}\n        expr: '{}'\n",
+                i.record,
+                i.promql.replace('\'', "''")
+            );
+            assert!(rules.contains(&rule), "{rule} not in\n{rules}");
+            names.push(i.record);
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), inline.len(), "one name per query");
     }
 
     /// Found by the `prometheus_json` fuzz target: a `timestamp()` answer of `+Inf` or
