@@ -7,7 +7,9 @@
 //! upgrade and uninstall in a real cluster (tests/kube/cluster.sh with DEPLOY_WITH=helm).
 
 use crate::cluster::{APISERVICES, apiservices_are_available, scaling_active, settle, step};
-use crate::deploy::{build, kustomizations, kustomize, tree, validate_yaml};
+use crate::deploy::{
+    adapter_accepts, build, kustomizations, kustomize, printed_recording_rules, tree, validate_yaml,
+};
 use e2e_tests::cluster::Cluster;
 use e2e_tests::{binary, hpa, scratch_dir, workspace};
 use serde_json::{Value, json};
@@ -88,8 +90,7 @@ fn template(release: &str, chart: &str, args: &[&str]) -> String {
 }
 
 /// Both charts rendered with their release names and validated (kubernetes-validate,
-/// strict, two Kubernetes versions; the CRD schemas; PrometheusRule has none, so it is
-/// held to kustomize's instead).
+/// strict, two Kubernetes versions; the CRD schemas of tests/fixtures/crd-schemas).
 fn render(exporter: &[&str], adapter: &[&str]) -> Vec<Value> {
     let yaml = format!(
         "{}\n---\n{}",
@@ -101,10 +102,6 @@ fn render(exporter: &[&str], adapter: &[&str]) -> Vec<Value> {
 
 fn validated(yaml: &str, what: &str) -> Vec<Value> {
     let (objects, errors) = validate_yaml(yaml);
-    let errors: Vec<_> = errors
-        .into_iter()
-        .filter(|e| !e.starts_with("PrometheusRule/"))
-        .collect();
     assert!(errors.is_empty(), "{what}:\n{}", errors.join("\n"));
     objects
 }
@@ -564,6 +561,93 @@ fn the_dashboards_and_rules_are_dashboards_folders_own() {
     }
 }
 
+/// prometheus.queries and prometheus.recordingRules: with a Prometheus URL, `recorded`
+/// lands in the adapter's flags (which the adapter accepts), and the rules render as
+/// the very PrometheusRule of deploy/components/prometheus-recording-rules, whose groups
+/// are what `gpu-metrics-adapter --print-recording-rules` prints, in the namespace and
+/// with the labels asked for; by default, neither.
+#[test]
+fn recorded_queries_and_their_rules_render_only_when_asked() {
+    let queries = |objs: &[Value]| -> Vec<String> {
+        args(container(objs, "Deployment", "gpu-metrics-adapter"))
+            .into_iter()
+            .filter(|a| a.starts_with("--prometheus-queries"))
+            .map(String::from)
+            .collect()
+    };
+    let rules = |objs: &[Value]| -> Vec<Value> {
+        objs.iter()
+            .filter(|o| kind(o) == "PrometheusRule")
+            .cloned()
+            .collect()
+    };
+    let url = "prometheus.url=http://prometheus.monitoring:9090";
+
+    let defaults = render(&[], &[]);
+    assert!(queries(&defaults).is_empty(), "{:?}", queries(&defaults));
+    assert!(rules(&defaults).is_empty(), "{:?}", ids(&defaults));
+    // A URL alone: inline queries, said explicitly; no rules.
+    let inline = render(&[], &["--set", url]);
+    assert_eq!(queries(&inline), ["--prometheus-queries=inline"]);
+    assert!(rules(&inline).is_empty(), "{:?}", ids(&inline));
+
+    let on = render(
+        &[],
+        &[
+            "--set",
+            url,
+            "--set",
+            "prometheus.queries=recorded,prometheus.recordingRules.enabled=true",
+        ],
+    );
+    assert_eq!(queries(&on), ["--prometheus-queries=recorded"]);
+    let a = args(container(&on, "Deployment", "gpu-metrics-adapter"));
+    adapter_accepts(&a).unwrap_or_else(|e| panic!("the adapter rejects {a:?}: {e}"));
+    let rule = find(&on, "PrometheusRule", "gpu-metrics-adapter-recording-rules");
+    assert_eq!(rule["metadata"]["namespace"], NS);
+    assert_eq!(rule["spec"]["groups"], printed_recording_rules()["groups"]);
+    // The object the kustomize component renders, field by field.
+    let dir = composed(
+        "overlays/_helm-recording-rules",
+        &["external-metrics", "prometheus-recording-rules"],
+    );
+    let kustomized = rules(&validated(&kustomize(&dir), "prometheus-recording-rules"));
+    assert_eq!(kustomized.len(), 1, "the component's PrometheusRule");
+    assert_eq!(comparable(&kustomized), comparable(&rules(&on)));
+
+    // Rules without recorded queries (loaded ahead of the switch), in Prometheus's
+    // namespace, with the label its ruleSelector asks for.
+    let elsewhere = validated(
+        &template(
+            "gpu-metrics-adapter",
+            ADAPTER,
+            &[
+                "--set",
+                "prometheus.recordingRules.enabled=true,prometheus.recordingRules.namespace=monitoring",
+                "--set",
+                "prometheus.recordingRules.additionalLabels.release=kube-prometheus-stack",
+                "--show-only",
+                "templates/prometheusrule.yaml",
+            ],
+        ),
+        "helm template",
+    );
+    let rule = find(
+        &elsewhere,
+        "PrometheusRule",
+        "gpu-metrics-adapter-recording-rules",
+    );
+    assert_eq!(rule["metadata"]["namespace"], "monitoring");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    assert_eq!(
+        rule["metadata"]["labels"]["app.kubernetes.io/component"],
+        "recording-rules"
+    );
+}
+
 // ---------------------------------------------------------------------------------
 // Lint, schema, values.
 
@@ -590,6 +674,8 @@ fn every_chart_lints_strictly() {
         ADAPTER,
         "--set",
         "tls.source=selfSigned,prometheus.url=http://prometheus.monitoring:9090",
+        "--set",
+        "prometheus.queries=recorded,prometheus.recordingRules.enabled=true",
     ]));
 }
 
@@ -606,6 +692,10 @@ fn a_wrong_value_is_refused_with_a_message_that_names_it() {
         (ADAPTER, "tls.source=static", "static"),
         (ADAPTER, "exporters.service=gpu-exporter", "service"),
         (ADAPTER, "prometheus.url=prometheus:9090", "url"),
+        (ADAPTER, "prometheus.queries=aggregated", "queries"),
+        // Recorded queries read Prometheus: without its URL they would do nothing.
+        (ADAPTER, "prometheus.queries=recorded", "url"),
+        (ADAPTER, "prometheus.recordingRules.enable=true", "enable"),
     ] {
         let out = output(
             helm()

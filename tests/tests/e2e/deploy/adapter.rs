@@ -1011,3 +1011,93 @@ fn services_and_policies_select_the_right_pods_and_ports() {
         );
     }
 }
+
+/// components/prometheus-recording-rules: the PrometheusRule's groups are, field for
+/// field, the rule file `gpu-metrics-adapter --print-recording-rules` prints, so the
+/// series `--prometheus-queries=recorded` reads are the ones the rules record.
+#[test]
+fn the_recording_rules_component_holds_the_rules_the_adapter_prints() {
+    let path = workspace().join("deploy/components/prometheus-recording-rules/prometheusrule.yaml");
+    let text = std::fs::read_to_string(&path).expect("read the component's PrometheusRule");
+    let committed: Value = serde_saphyr::from_str(&text).expect("PrometheusRule YAML");
+    assert_eq!(committed["kind"], "PrometheusRule");
+    assert_eq!(committed["apiVersion"], "monitoring.coreos.com/v1");
+    let printed = printed_recording_rules();
+    assert_eq!(
+        committed["spec"]["groups"],
+        printed["groups"],
+        "{} drifted from `gpu-metrics-adapter --print-recording-rules`: regenerate its spec from it",
+        path.display()
+    );
+}
+
+/// The component composed into an overlay that reads Prometheus (as deploy/README.md
+/// tells: --prometheus-url in the user's overlay): it builds and validates, ships the
+/// printed rules as a PrometheusRule in the adapter's namespace, at an interval no
+/// longer than the exporters' scrape interval (the ServiceMonitor's), and switches the
+/// adapter to `--prometheus-queries=recorded`, which the adapter accepts.
+#[test]
+fn the_recording_rules_component_switches_the_adapter_to_recorded_queries() {
+    let rel = "overlays/_recorded-queries";
+    let dir = tree().join(rel);
+    std::fs::create_dir_all(&dir).expect("overlay dir");
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../default
+components:
+  - ../../components/prometheus-recording-rules
+patches:
+  - target:
+      kind: Deployment
+      name: gpu-metrics-adapter
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --prometheus-url=http://prometheus.monitoring:9090
+",
+    )
+    .expect("write kustomization");
+    let objs = build(rel);
+    let rules = all(&objs, "PrometheusRule");
+    assert_eq!(rules.len(), 1, "{:?}", ids(&objs));
+    let rule = rules[0];
+    let adapter = adapter_deploy(&objs);
+    assert_eq!(namespace(rule), namespace(adapter));
+    assert_eq!(rule["spec"]["groups"], printed_recording_rules()["groups"]);
+
+    let a = args(container(adapter, "adapter"));
+    assert_eq!(flag(&a, "--prometheus-queries"), Some("recorded"), "{a:?}");
+    assert_eq!(
+        a.iter()
+            .filter(|x| x.starts_with("--prometheus-queries"))
+            .count(),
+        1,
+        "{a:?}"
+    );
+    adapter_accepts(&a).unwrap_or_else(|e| panic!("the adapter rejects {a:?}: {e}"));
+
+    let scrape = |s: &str| kube_support::duration::parse(s).expect("a duration");
+    let (exporters, _) = monitor_and_service(&objs, rel, "gpu-exporter");
+    let scraped_every = arr(exporters, "/spec/endpoints")
+        .iter()
+        .map(|e| scrape(str_at(e, "/interval")))
+        .max()
+        .expect("an endpoint");
+    for g in arr(rule, "/spec/groups") {
+        let every = scrape(str_at(g, "/interval"));
+        assert!(
+            every <= scraped_every,
+            "group {} runs every {every:?}, the exporters are scraped every {scraped_every:?}",
+            g["name"]
+        );
+    }
+
+    // Without the component (the default overlay): no rules and the default queries.
+    let default = build("overlays/default");
+    assert!(all(&default, "PrometheusRule").is_empty());
+    let a = args(container(adapter_deploy(&default), "adapter"));
+    assert_eq!(flag(&a, "--prometheus-queries"), None, "{a:?}");
+}

@@ -168,6 +168,43 @@ pub(crate) fn kustomizations(parent: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The rule file `gpu-metrics-adapter --print-recording-rules` prints, parsed: the
+/// rules `--prometheus-queries=recorded` reads, which components/prometheus-recording-rules
+/// and the adapter chart ship as a PrometheusRule.
+pub(crate) fn printed_recording_rules() -> Value {
+    let yaml =
+        run(Command::new(e2e_tests::binary("gpu-metrics-adapter")).arg("--print-recording-rules"));
+    let rules: Value = serde_saphyr::from_str(&yaml).expect("the printed rules are YAML");
+    let groups = rules["groups"].as_array().expect("a rule file's groups");
+    assert!(
+        !groups.is_empty()
+            && groups.iter().all(|g| {
+                let rules = g["rules"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+                !rules.is_empty()
+                    && rules
+                        .iter()
+                        .all(|r| r["record"].is_string() && r["expr"].is_string())
+            }),
+        "not a rule file of recording rules:\n{yaml}"
+    );
+    rules
+}
+
+/// Whether `gpu-metrics-adapter` accepts these arguments (parsed up to `--help`).
+pub(crate) fn adapter_accepts<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Result<(), String> {
+    let out = Command::new(e2e_tests::binary("gpu-metrics-adapter"))
+        .args(args)
+        .arg("--help")
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run gpu-metrics-adapter");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Reading objects.
 

@@ -67,6 +67,10 @@ fn the_validator_rejects_typos_and_unknown_kinds() {
     let examples = kustomize(&tree().join("examples/keda-external"))
         + "---\n"
         + &kustomize(&tree().join("examples/keda-prometheus"));
+    let rules = std::fs::read_to_string(
+        tree().join("components/prometheus-recording-rules/prometheusrule.yaml"),
+    )
+    .expect("the recording rules");
     let cases = [
         (
             &default,
@@ -128,6 +132,12 @@ fn the_validator_rejects_typos_and_unknown_kinds() {
             "treshold: \"70\"",
             "ScaledObject/resnet-inference-prometheus",
         ),
+        (
+            &rules,
+            "record:",
+            "recrod:",
+            "PrometheusRule/gpu-metrics-adapter-recording-rules",
+        ),
     ];
     for (yaml, from, to, culprit) in cases {
         assert!(
@@ -160,6 +170,7 @@ fn every_component_composes_with_the_base() {
         "serving-discovery",
         "composite-metrics",
         "gateway-signal",
+        "prometheus-recording-rules",
     ] {
         assert!(
             components.contains(want),
@@ -222,6 +233,17 @@ fn every_component_composes_with_the_base() {
         assert_eq!(
             flag(&adapter_args, "--composite-metrics-file").is_some(),
             component == "composite-metrics",
+            "{component}"
+        );
+        let recorded = component == "prometheus-recording-rules";
+        assert_eq!(
+            flag(&adapter_args, "--prometheus-queries"),
+            recorded.then_some("recorded"),
+            "{component}"
+        );
+        assert_eq!(
+            all(&objs, "PrometheusRule").len(),
+            usize::from(recorded),
             "{component}"
         );
         let apiservices = all(&objs, "APIService");
