@@ -5,7 +5,8 @@
 # (kwok/), helm (helm/), Prometheus 3 with promtool (prometheus/), which the end-to-end
 # tests run as "a real Prometheus", KEDA's operator and metrics API server (keda/:
 # keda and keda-adapter), and the fleet-scale harness's engine and yardstick (tests/scale):
-# Thanos (thanos/) and prometheus-adapter (prometheus-adapter/). One module per tool keeps their dependency graphs apart. A module is
+# Thanos (thanos/), prometheus-adapter (prometheus-adapter/) and the load generator
+# vegeta (vegeta/). One module per tool keeps their dependency graphs apart. A module is
 # rebuilt only when its go.mod, go.sum or sources change (a stamp beside the binaries).
 #   bash tests/kube/build.sh [MODULE...]     (default: every module)
 set -euo pipefail
@@ -76,3 +77,6 @@ thanos=$(awk '$1 == "github.com/thanos-io/thanos" { print $2 }' "$here/thanos/go
 build thanos "-X $pv.Version=${thanos#v} -X $pv.Branch=HEAD -X $pv.Revision=$thanos" \
     -tags slicelabels github.com/thanos-io/thanos/cmd/thanos
 build prometheus-adapter "" prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter
+# vegeta, the fleet-scale bench's paced load (requests at a fixed rate, open model).
+vegeta=$(awk '$1 == "github.com/tsenart/vegeta/v12" { print $2 }' "$here/vegeta/go.mod")
+build vegeta "-X main.Version=$vegeta" vegeta=github.com/tsenart/vegeta/v12

@@ -7,8 +7,8 @@ tests/scale/engine.sh brought up with WITH_ADAPTERS=1):
 For gpu-metrics-adapter and prometheus-adapter in turn, the other stopped (SIGSTOP, so
 it sends the engine nothing): an idle window, then wrk on loopback for 1 HPA (one
 connection, one workload's pods/*?labelSelector=app=X), then 1,000 workloads at the
-HPAs' own pace (each once every 15 s, 67 requests a second, open loop, python's
-client), then wrk for 1,000 HPAs (1,000 connections, 1,000 distinct workloads, closed
+HPAs' own pace (each once every 15 s, 67 requests a second, open loop: vegeta, built
+by tests/kube/build.sh), then wrk for 1,000 HPAs (1,000 connections, 1,000 distinct workloads, closed
 loop: as fast as it answers), SECONDS (30) each. Per window: the adapter's RSS
 (VmRSS at the end, VmHWM) and CPU (utime+stime from /proc), queries per second and
 response bytes per second at Thanos query (its own /metrics: http_requests_total and
@@ -161,69 +161,37 @@ def wrk(base, paths, connections, seconds):
     return r
 
 
-def paced(base, paths, seconds, period=15.0, workers=16):
+def paced(base, paths, seconds, period=15.0):
     """Open loop at the HPAs' own pace: each of `paths` asked once every `period`
-    seconds (an HPA's default sync), spread evenly; latency from request to the whole
-    answer, over keep-alive connections."""
-    import http.client
-    import queue
-
-    host, port = base.replace("https://", "").split(":")
-    rate = len(paths) / period
-    jobs = queue.Queue()
-    lat, errors, late = [], [0], [0]
-    lock = threading.Lock()
-
-    def worker():
-        conn = None
-        while True:
-            item = jobs.get()
-            if item is None:
-                return
-            due, p = item
-            delay = due - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            elif -delay > 30:
-                # 30 s behind its schedule: the adapter cannot keep the pace; counted,
-                # not sent, so the window stays bounded.
-                with lock:
-                    late[0] += 1
-                continue
-            for _ in range(2):
-                try:
-                    if conn is None:
-                        conn = http.client.HTTPSConnection(host, int(port), context=CTX, timeout=30)
-                    t0 = time.perf_counter()
-                    conn.request("GET", p, headers={"Authorization": f"Bearer {TOKEN}"})
-                    r = conn.getresponse()
-                    r.read()
-                    t1 = time.perf_counter()
-                    with lock:
-                        lat.append(t1 - t0)
-                        if r.status != 200:
-                            errors[0] += 1
-                    break
-                except Exception:
-                    conn = None
-            else:
-                with lock:
-                    errors[0] += 1
-
-    threads = [threading.Thread(target=worker) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    start = time.perf_counter() + 0.5
-    n = int(rate * seconds)
-    for i in range(n):
-        jobs.put((start + i / rate, paths[i % len(paths)]))
-    for _ in threads:
-        jobs.put(None)
-    for t in threads:
-        t.join()
-    lat.sort()
-    pct = lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1e6) if lat else None
-    return {"requests": len(lat), "rate_per_s": round(rate, 1), "p50_us": pct(0.50), "p99_us": pct(0.99), "max_us": pct(1.0), "errors": errors[0], "not_sent_30s_late": late[0]}
+    seconds (an HPA's default sync), spread evenly, by vegeta (requests leave at the
+    rate whatever the answers' latency, so a slow answer cannot hide those behind it);
+    latency from request to the whole answer, over keep-alive connections. A request
+    unanswered after 30 s is an error, which bounds the window."""
+    vegeta = os.path.join(env["KUBE_BIN_DIR"], "vegeta")
+    with tempfile.TemporaryDirectory() as d:
+        targets = os.path.join(d, "targets")
+        with open(targets, "w") as f:
+            for p in paths:
+                f.write(f"GET {base}{p}\nAuthorization: Bearer {TOKEN}\n\n")
+        results = os.path.join(d, "results.bin")
+        subprocess.run(
+            [vegeta, "attack", f"-targets={targets}", f"-rate={len(paths)}/{period:g}s", f"-duration={seconds}s",
+             f"-root-certs={env['ADAPTER_CA']}", "-timeout=30s", "-max-workers=2000", f"-output={results}"],
+            check=True, capture_output=True,
+        )
+        out = subprocess.run([vegeta, "report", "-type=json", results], check=True, capture_output=True, text=True)
+    r = json.loads(out.stdout)
+    lat = r["latencies"]
+    codes = r.get("status_codes", {})
+    return {
+        "requests": r["requests"],
+        "rate_per_s": round(r["rate"], 1),
+        "p50_us": round(lat["50th"] / 1e3),
+        "p99_us": round(lat["99th"] / 1e3),
+        "max_us": round(lat["max"] / 1e3),
+        "errors": r["requests"] - codes.get("200", 0),
+        "status_codes": codes,
+    }
 
 
 def window(name, pid, action):

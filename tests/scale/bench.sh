@@ -12,7 +12,7 @@
 # default 30), writes DIR/bench.json and takes everything down (KEEP=1 leaves it up).
 # Needs: the binaries engine.sh names (release builds recommended:
 # RUST_BIN_DIR=target/release after `cargo build --release -p gpu-metrics-adapter
-# -p e2e-tests --bin fleet-sim`), wrk, python3.
+# -p e2e-tests --bin fleet-sim`), wrk, vegeta (tests/kube/build.sh), python3.
 #
 # Settings (environment): GPUS (100000), SCRAPE_INTERVAL (15s), ADAPTER_INTERVAL (5s),
 # RELIST_INTERVAL (30s, prometheus-adapter's), BENCH_SECONDS (30), ENGINE_NICE (0; see
@@ -26,6 +26,8 @@ root=$(cd "$here/../.." && pwd)
 dir=${1:-$root/target/scale-bench}
 gpus=${GPUS:-100000}
 command -v wrk >/dev/null || { echo "bench.sh: wrk is needed" >&2; exit 1; }
+[ -x "${KUBE_BIN_DIR:-$root/target/kube/bin}/vegeta" ] ||
+    { echo "bench.sh: vegeta is needed (bash tests/kube/build.sh vegeta)" >&2; exit 1; }
 # Our adapter's bounds, sized for the fleet: pods (5,173 per 10,000 GPUs), samples of
 # a round (six queries, one sample per pod each), answers (one sample per pod, about
 # 200 bytes), the query timeout on a busy engine, and staleness above the scrape

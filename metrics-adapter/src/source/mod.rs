@@ -9,10 +9,12 @@
 //! - [`pods`]: every pod's labels and owning workloads, from a pod watch;
 //! - [`serving`]: the serving engines' own signals (vLLM, SGLang, TGI, Triton), per pod;
 //! - [`http_client`]: the HTTP(S) client both sources scrape with;
-//! - [`signal`]: signals without pods (a gateway's queue), for scale from zero.
+//! - [`signal`]: signals without pods (a gateway's queue), for scale from zero;
+//! - [`background`]: the low-priority thread a Prometheus round's answers decode on.
 //!
 //! Each source records its own self-metrics in [`SourceMetrics`].
 
+pub mod background;
 pub mod derive;
 pub mod discovery;
 pub mod exposition;

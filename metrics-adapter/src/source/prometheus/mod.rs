@@ -145,9 +145,9 @@ fn encode_query(q: &str) -> String {
 /// round's pods as `answers`. At most [`PROMETHEUS_QUERIES`] run at once (`slots`);
 /// the answer's bytes stay in the in-flight budget until decoded.
 ///
-/// Decoding runs on the blocking pool, not on the workers that answer API requests:
-/// at 50,000 pods an answer is about 10 MB, tens of milliseconds of parsing, which on
-/// a worker would put requests queued behind it.
+/// Decoding runs on the low-priority [`background`](super::background) thread, not on
+/// the workers that answer API requests: at 50,000 pods an answer is about 8 MB, tens
+/// of milliseconds of parsing, which on a worker would put requests queued behind it.
 #[allow(clippy::too_many_arguments)]
 async fn instant_query(
     client: &super::http_client::Client,
@@ -175,7 +175,7 @@ async fn instant_query(
         )
         .await?;
     let (budget, gathered, answers) = (budget.clone(), gathered.clone(), query.answers);
-    off_the_workers(move || {
+    super::background::run(move || {
         let mut gathered = gathered
             .lock()
             .map_err(|_| Error::Scrape("a round's decoding panicked".into()))?;
@@ -201,15 +201,6 @@ fn decode_into(
         }
     })?;
     refused.map_or(Ok(()), Err)
-}
-
-/// Run `work` (CPU-bound, tens of milliseconds) on the blocking pool.
-async fn off_the_workers<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Error::Scrape(format!("decoding a round's answer stopped: {e}")))?
 }
 
 /// One round: the per-pod queries, all evaluated at the same instant so that their
@@ -254,7 +245,7 @@ async fn round(
         .into_inner()
         .map_err(|_| Error::Scrape("a round's decoding panicked".into()))?;
     let staleness = opts.staleness;
-    off_the_workers(move || Ok(pushdown::assemble(gathered, staleness))).await
+    super::background::run(move || Ok(pushdown::assemble(gathered, staleness))).await
 }
 
 /// A round's answers, given as bodies (one per query of [`pushdown::queries`], in
@@ -309,7 +300,14 @@ pub async fn run(
                     tracing::info!(url = %opts.endpoint.url, "Prometheus answers again");
                     failing = false;
                 }
-                store.store(Arc::new(fleet));
+                // The last view's pods (tens of thousands of records) are freed on
+                // the background thread too, not on the worker that swaps.
+                let last = store.swap(Arc::new(fleet));
+                let _ = super::background::run(move || {
+                    drop(last);
+                    Ok(())
+                })
+                .await;
             }
             Err(e) => {
                 if !failing {
