@@ -253,3 +253,87 @@ fn a_promql_signal_reads_prometheus_3_answers_with_annotations() {
     let value = milli_value(v["items"][0]["value"].as_str().expect("quantity")).expect("quantity");
     assert_eq!(value, 8_000, "{v}");
 }
+
+/// `--prometheus-queries=recorded` against a real Prometheus evaluating the adapter's
+/// own printed rules serves the same per-pod values as the inline queries; against one
+/// without the rules it serves no pod and says why once in its log.
+#[test]
+fn recorded_queries_read_the_printed_rules_and_say_when_they_are_missing() {
+    let node = KubeNode::start(SCENARIO, "node-a");
+    let kubeconfig = node.kubeconfig().display().to_string();
+    let e = attributed_exporter(&node, SCENARIO);
+    let target = e.base.trim_start_matches("http://").to_string();
+    let rules_dir = e2e_tests::scratch_dir("recording-rules");
+    let rules = rules_dir.join("rules.yml");
+    let printed = std::process::Command::new(e2e_tests::binary("gpu-metrics-adapter"))
+        .arg("--print-recording-rules")
+        .output()
+        .expect("gpu-metrics-adapter --print-recording-rules");
+    assert!(printed.status.success());
+    let printed = String::from_utf8(printed.stdout).expect("UTF-8");
+    // Evaluated every second here, as the test's Prometheus scrapes.
+    let fast = printed.replace("    interval: 15s\n", "    interval: 1s\n");
+    assert_ne!(fast, printed, "the printed group has its interval");
+    std::fs::write(&rules, fast).expect("write rules");
+    let scrape = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: gpu\n    honor_labels: true\n    static_configs:\n      - targets: ['{target}']\n"
+    );
+    let with_rules = Prometheus::start_with_config(
+        &format!("rule_files: ['{}']\n{scrape}", rules.display()),
+        &[],
+    );
+    let without = Prometheus::start_with_config(&scrape, &[]);
+    let start = |prom: &Prometheus| {
+        Adapter::start(&[
+            "--scrape-interval",
+            "500ms",
+            "--prometheus-url",
+            &prom.base,
+            "--prometheus-queries",
+            "recorded",
+            "--kubeconfig",
+            &kubeconfig,
+            "--max-staleness",
+            "5s",
+        ])
+    };
+    let (recorded, missing) = (start(&with_rules), start(&without));
+    let path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/inference/pods/*/gpu_utilization?labelSelector=app%3Dresnet-inference";
+    let v: Value = e2e_tests::try_wait_for(Duration::from_secs(60), || {
+        let (status, body) = get(&format!("{}{path}", recorded.base));
+        let v: Value = serde_json::from_str(&body).ok()?;
+        (status == 200 && v["items"].as_array()?.len() == 2).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no recorded answer:\n{}", recorded.process.log()));
+    let items: Vec<(String, i64)> = v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["describedObject"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        items,
+        vec![
+            ("share-a".to_string(), 54_000),
+            ("share-b".to_string(), 18_000)
+        ],
+        "the same shares as the inline queries"
+    );
+    let mut missing = missing;
+    missing
+        .process
+        .wait_for_line("are the recording rules loaded", Duration::from_secs(30));
+    let (status, body) = get(&format!("{}{path}", missing.base));
+    assert!(
+        status == 404 || !body.contains("share-a"),
+        "served without rules: {status} {body}"
+    );
+}
