@@ -78,6 +78,29 @@ fn relay(
 
 const SCENARIO: &str = "tests/fixtures/pods-node.toml";
 
+/// The time-sliced pods' utilisation as the direct source derives it, milli-units.
+fn shares() -> Vec<(String, i64)> {
+    vec![("share-a".into(), 54_000), ("share-b".into(), 18_000)]
+}
+
+/// A MetricValueList's items as (pod, milli-units).
+fn named_values(list: &Value) -> Vec<(String, i64)> {
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["describedObject"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn the_prometheus_source_gives_the_same_per_pod_values() {
     let node = KubeNode::start(SCENARIO, "node-a");
@@ -117,26 +140,9 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
             adapter.process.log()
         )
     });
-    let items: Vec<(String, i64)> = v["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| {
-            (
-                i["describedObject"]["name"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
-            )
-        })
-        .collect();
     assert_eq!(
-        items,
-        vec![
-            ("share-a".to_string(), 54_000),
-            ("share-b".to_string(), 18_000)
-        ],
+        named_values(&v),
+        shares(),
         "the same shares as the direct source"
     );
     // Memory of the whole-GPU pod, through Prometheus.
@@ -305,26 +311,9 @@ fn recorded_queries_read_the_printed_rules_and_say_when_they_are_missing() {
         (status == 200 && v["items"].as_array()?.len() == 2).then_some(v)
     })
     .unwrap_or_else(|| panic!("no recorded answer:\n{}", recorded.process.log()));
-    let items: Vec<(String, i64)> = v["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| {
-            (
-                i["describedObject"]["name"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
-            )
-        })
-        .collect();
     assert_eq!(
-        items,
-        vec![
-            ("share-a".to_string(), 54_000),
-            ("share-b".to_string(), 18_000)
-        ],
+        named_values(&v),
+        shares(),
         "the same shares as the inline queries"
     );
     let mut missing = missing;
