@@ -517,9 +517,27 @@ pub(crate) fn settle(c: &Cluster, hpa_name: &str, percent: i64) -> i64 {
             let all_there =
                 values.len() as i64 == replicas && values.iter().all(|(_, v)| *v == percent * 1000);
             let (current, desired) = hpa_replicas(c, hpa_name);
-            (all_there && current == replicas && desired == replicas).then_some(replicas)
+            // The HPA's status must come from these values: right after the change it
+            // still shows the decision it took on the old ones (a steady 3 replicas
+            // at 100 % once read as settled there, then "scaled down" to 4).
+            let status = c.json(&["hpa", "-n", NS, hpa_name])["status"].clone();
+            let read_now = reported_average(&status) == Some(percent * 1000);
+            (all_there && read_now && current == replicas && desired == replicas)
+                .then_some(replicas)
         },
     )
+}
+
+/// The average the HPA reports having read last (its first metric, Pods or External
+/// `averageValue`), milli-units.
+fn reported_average(status: &Value) -> Option<i64> {
+    let metric = &status["currentMetrics"][0];
+    let kind = if metric["type"] == "Pods" {
+        "pods"
+    } else {
+        "external"
+    };
+    milli_value(metric[kind]["current"]["averageValue"].as_str()?).ok()
 }
 
 /// Set the utilisation to `percent` (from `settled`) and wait for the HPA to want
@@ -551,18 +569,7 @@ pub(crate) fn step(
     };
     let current = status["currentReplicas"].as_i64().expect("currentReplicas");
     let desired = status["desiredReplicas"].as_i64().expect("desiredReplicas");
-    let metric = &status["currentMetrics"][0];
-    let kind = if metric["type"] == "Pods" {
-        "pods"
-    } else {
-        "external"
-    };
-    let average = milli_value(
-        metric[kind]["current"]["averageValue"]
-            .as_str()
-            .expect("averageValue"),
-    )
-    .expect("a quantity");
+    let average = reported_average(&status).expect("the HPA's averageValue");
     let (low, high) = (settled.min(percent) * 1000, settled.max(percent) * 1000);
     assert!(
         (low..=high).contains(&average) && average != settled * 1000,
