@@ -102,6 +102,7 @@ wait_for fleet-sim 30 curl -fs "$fleet/-/ready"
 curl -fs "$fleet/shape" >"$dir/shape.json"
 curl -fs "$fleet/file-sd" >"$dir/targets.json"
 series=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["series"])' "$dir/shape.json")
+pods=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pods"])' "$dir/shape.json")
 
 # --- two Prometheus shards, each with a Thanos sidecar ----------------------------------
 
@@ -176,7 +177,6 @@ all_series() {
 }
 wait_for "all $series series through Thanos query" 300 all_series
 if [ "$recorded" = 1 ]; then
-    pods=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pods"])' "$dir/shape.json")
     recorded_pods() {
         [ "$(count 'count(namespace_pod:gpu_sample_timestamp_seconds:min)' "$thanos")" = "$pods" ]
     }
@@ -223,7 +223,6 @@ for p in "${creating[@]}"; do
     wait "$p" || fail "creating the pods failed"
 done
 log "pods created"
-pods=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pods"])' "$dir/shape.json")
 created=$(kubectl get pods -A --no-headers 2>/dev/null | wc -l)
 [ "$created" = "$pods" ] || fail "$created of $pods pods created"
 # A reader of the custom metrics API, for both adapters' delegated auth.

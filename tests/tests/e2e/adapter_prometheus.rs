@@ -3,6 +3,7 @@
 //! adapter answers from instant queries the same per-pod values as the direct source; a
 //! `promql:` signal reads Prometheus 3's annotated answers.
 
+use e2e_tests::metrics_api::items_milli;
 use e2e_tests::quantity::milli_value;
 use e2e_tests::{
     Adapter, Exporter, KubeNode, Prometheus, attributed_exporter, get, urlencode, wait_for,
@@ -83,24 +84,6 @@ fn shares() -> Vec<(String, i64)> {
     vec![("share-a".into(), 54_000), ("share-b".into(), 18_000)]
 }
 
-/// A MetricValueList's items as (pod, milli-units).
-fn named_values(list: &Value) -> Vec<(String, i64)> {
-    list["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| {
-            (
-                i["describedObject"]["name"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-                milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn the_prometheus_source_gives_the_same_per_pod_values() {
     let node = KubeNode::start(SCENARIO, "node-a");
@@ -141,7 +124,7 @@ fn the_prometheus_source_gives_the_same_per_pod_values() {
         )
     });
     assert_eq!(
-        named_values(&v),
+        items_milli(&v),
         shares(),
         "the same shares as the direct source"
     );
@@ -312,7 +295,7 @@ fn recorded_queries_read_the_printed_rules_and_say_when_they_are_missing() {
     })
     .unwrap_or_else(|| panic!("no recorded answer:\n{}", recorded.process.log()));
     assert_eq!(
-        named_values(&v),
+        items_milli(&v),
         shares(),
         "the same shares as the inline queries"
     );

@@ -18,7 +18,6 @@
 //! glibc come from `tests/setup.sh`; a missing one fails the tests, never skips them.
 
 use crate::nvml_backend::{comparable, difference};
-use e2e_tests::quantity::milli_value;
 use e2e_tests::{
     Adapter, Exporter, KubeNode, assert_matches_scenario, fake_nvml, fixture, get, sample_value,
     samples, target_profile_dir, wait_for,
@@ -234,19 +233,8 @@ fn the_arm64_adapter_answers_the_custom_metrics_api_from_the_arm64_exporter() {
         },
     );
     assert_eq!(v["kind"], "MetricValueList", "{v}");
-    let items: BTreeMap<String, i64> = v["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|i| {
-            (
-                i["describedObject"]["name"]
-                    .as_str()
-                    .expect("name")
-                    .to_string(),
-                milli_value(i["value"].as_str().expect("quantity")).expect("quantity"),
-            )
-        })
+    let items: BTreeMap<String, i64> = e2e_tests::metrics_api::items_milli(&v)
+        .into_iter()
         .collect();
     // Each pod's GPU utilisation as the arm64 exporter reports it.
     let expected: BTreeMap<String, i64> = ["train-0", "idx-0"]
