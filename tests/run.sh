@@ -16,6 +16,9 @@ bash tests/setup.sh
 bash tests/kube/build.sh
 # The end-to-end tests run the built binaries: the exporter and the fake libnvidia-ml.
 cargo build --workspace --locked
+# Each end-to-end test keeps its scratch directory (logs, data) for post-mortems; the
+# last run's are enough, so they go now rather than piling up run after run.
+rm -rf "${CARGO_TARGET_DIR:-target}/debug/e2e-scratch"
 # And the container images, which take the release binaries as deploy/images/build.sh
 # builds them (the exporter without default features). Built here, before the tests, so
 # that the script's own cargo runs find them done and no test competes with a release

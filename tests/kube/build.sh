@@ -11,10 +11,27 @@
 #   bash tests/kube/build.sh [MODULE...]     (default: every module)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${KUBE_BIN_DIR:-$(cd "$here/../.." && pwd)/target/kube/bin}
+root=$(cd "$here/../.." && pwd)
+out=${KUBE_BIN_DIR:-$root/target/kube/bin}
 mkdir -p "$out"
 export GOFLAGS="${GOFLAGS:-} -mod=readonly -trimpath"
 only=" $* "
+
+# Go's build and module caches: under target/kube unless the environment names others,
+# and removed once the modules are built. A cold build of every module fills about
+# GO_CACHE_GB of them that nothing reads again until a go.mod changes, and CI's disk is
+# shared; KUBE_KEEP_GO_CACHE=1 keeps them (when iterating on one module). A failed build
+# keeps them too, so the next try resumes.
+caches=()
+if [ -z "${GOCACHE:-}" ]; then
+    export GOCACHE="$root/target/kube/go-build"
+    caches+=("$GOCACHE")
+fi
+if [ -z "${GOMODCACHE:-}" ]; then
+    export GOMODCACHE="$root/target/kube/go-mod"
+    caches+=("$GOMODCACHE")
+fi
+built=0
 
 # build MODULE LDFLAGS PACKAGE...    (a PACKAGE written NAME=PACKAGE is built as NAME)
 build() {
@@ -38,6 +55,7 @@ build() {
     done
     [ ${#plain[@]} -eq 0 ] || (cd "$here/$module" && go build -ldflags "-s -w $ldflags" -o "$out/" "${plain[@]}")
     echo "$want" >"$stamp"
+    built=1
     echo "tests/kube/build.sh: $module built in $((SECONDS - started)) s" >&2
 }
 
@@ -80,3 +98,10 @@ build prometheus-adapter "" prometheus-adapter=sigs.k8s.io/prometheus-adapter/cm
 # vegeta, the fleet-scale bench's paced load (requests at a fixed rate, open model).
 vegeta=$(awk '$1 == "github.com/tsenart/vegeta/v12" { print $2 }' "$here/vegeta/go.mod")
 build vegeta "-X main.Version=$vegeta" vegeta=github.com/tsenart/vegeta/v12
+
+if [ "$built" = 1 ] && [ "${KUBE_KEEP_GO_CACHE:-}" != 1 ] && [ ${#caches[@]} -gt 0 ]; then
+    echo "tests/kube/build.sh: removing Go's caches ($(du -sch "${caches[@]}" 2>/dev/null | tail -1 | cut -f1)): ${caches[*]}" >&2
+    # The module cache is read-only by design.
+    chmod -R u+w "${caches[@]}" 2>/dev/null || true
+    rm -rf "${caches[@]}"
+fi

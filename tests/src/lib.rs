@@ -80,7 +80,8 @@ pub fn fixture(name: &str) -> PathBuf {
     workspace().join("tests/fixtures").join(name)
 }
 
-/// A fresh, unique scratch directory under the target dir (kept for post-mortems).
+/// A fresh, unique scratch directory under the target dir, kept for post-mortems until
+/// the next `tests/run.sh` clears them.
 pub fn scratch_dir(name: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = target_profile_dir().join("e2e-scratch").join(format!(
