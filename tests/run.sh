@@ -9,6 +9,9 @@
 # the container images (amd64 and arm64) under podman. Before the tests, every fuzz target runs briefly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Free disk, said first: a run that fails for want of it then says why in its first
+# lines. A cold run peaks at about 10 GiB (docs/benchmarks/images-and-ci.md).
+df -Pk . | awk 'NR == 2 { printf "tests/run.sh: %.1f GiB free on %s; a cold run needs about 10 GiB\n", $4 / 1048576, $6 }'
 bash tests/setup.sh
 # The real control plane (tests/kube): kube-apiserver, controller-manager, scheduler,
 # kubectl (Kubernetes 1.37), etcd, kwok, helm, KEDA, and Prometheus 3 with promtool,

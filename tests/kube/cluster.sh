@@ -318,8 +318,10 @@ start kube-scheduler "$bin/kube-scheduler" \
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
 kwok_port=$(free_port)
 # kwok's own "fast" stages (nodes Ready at once, leases renewed; pods Running and Ready
-# once bound, completed and deleted as a kubelet would), from its pinned module.
-stages=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+# once bound, completed and deleted as a kubelet would), from its pinned module (copied
+# beside the binaries by build.sh).
+stages=$bin/share/kwok/kustomize/stage
+[ -d "$stages" ] || fail "kwok's stages not found in $stages (tests/kube/build.sh kwok)"
 pod_ready=("$stages/pod/fast/pod-ready.yaml")
 if [ "$adapter_replicas" != 1 ]; then
     # The adapter's pods are Running with an IP but not Ready until their process
@@ -630,8 +632,8 @@ fi
 # --- KEDA (WITH_KEDA=1) -------------------------------------------------------------
 
 if [ "$with_keda" = 1 ]; then
-    keda_src=$(cd "$here/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
-    [ -d "$keda_src/config/minimal" ] || fail "KEDA's config/ not found in $keda_src"
+    keda_src=$bin/share/keda
+    [ -d "$keda_src/config/minimal" ] || fail "KEDA's config/ not found in $keda_src (tests/kube/build.sh keda)"
     umask 077
     ca keda-ca keda-ca
     # One certificate for both KEDA processes, as KEDA's own rotation makes it: the
